@@ -1,0 +1,84 @@
+"""Run one stdlib-only script from :mod:`sglang_patcher.remote` on a host, in one round trip.
+
+The source is zlib-compressed and base64-encoded into the argv of ``<interpreter> -c <bootstrap>``;
+the operation name and its JSON arguments follow. Binary payloads travel on stdin/stdout.
+
+Protocol for JSON operations: the script prints exactly one JSON object on stdout and exits 0 on
+success; on an expected failure it prints ``{"ok": false, "kind": ..., "error": ...}`` and exits 3.
+Any other exit is an unexpected crash and becomes :class:`RemoteCommandError` with the output tail.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import zlib
+from functools import lru_cache
+from importlib import resources
+from typing import Any
+
+from ..errors import RemoteCommandError
+from ..transport.base import CommandResult, Transport
+
+EXPECTED_FAILURE_EXIT = 3
+
+_BOOTSTRAP = (
+    "import base64,sys,zlib;"
+    "src=zlib.decompress(base64.b64decode(sys.argv[1])).decode();"
+    "sys.argv=sys.argv[1:];"
+    "exec(compile(src,'<sglpatch-remote>','exec'),{'__name__':'__main__'})"
+)
+
+
+@lru_cache(maxsize=None)
+def _encoded_source(script: str) -> str:
+    src = resources.files(__package__).joinpath(f"{script}.py").read_bytes()
+    return base64.b64encode(zlib.compress(src, 9)).decode("ascii")
+
+
+def script_argv(interpreter: str, script: str, op: str, args: dict[str, Any] | None = None) -> list[str]:
+    """The argv that runs ``remote/<script>.py`` operation ``op`` with ``args`` under ``interpreter``.
+
+    Inside the script, ``sys.argv == [<b64 source>, op, json_args]``.
+    """
+    return [interpreter, "-c", _BOOTSTRAP, _encoded_source(script), op, json.dumps(args or {})]
+
+
+def run_script(transport: Transport, interpreter: str, script: str, op: str,
+               args: dict[str, Any] | None = None, *, stdin: bytes | None = None,
+               sudo: bool = False, timeout: float | None = None) -> CommandResult:
+    """Run a remote script operation; returns the raw result (binary stdout allowed)."""
+    return transport.run(script_argv(interpreter, script, op, args), stdin=stdin,
+                         sudo=sudo, timeout=timeout)
+
+
+def call_json(transport: Transport, interpreter: str, script: str, op: str,
+              args: dict[str, Any] | None = None, *, stdin: bytes | None = None,
+              sudo: bool = False, timeout: float | None = None) -> dict[str, Any]:
+    """Run a JSON operation and return its object.
+
+    Returns the object for exit 0 and for an expected failure (exit 3, ``ok`` false) — the caller
+    maps ``kind`` to the right :mod:`sglang_patcher.errors` class. Raises
+    :class:`RemoteCommandError` for anything else (crash, missing interpreter, unparsable output).
+    """
+    res = run_script(transport, interpreter, script, op, args, stdin=stdin, sudo=sudo,
+                     timeout=timeout)
+    short = f"{interpreter} <sglpatch {script}> {op}"
+    if res.exit_code not in (0, EXPECTED_FAILURE_EXIT):
+        hint = None
+        if res.exit_code == 127:
+            hint = f"is the interpreter path {interpreter!r} right for {transport.name}? Set it in hosts.yaml"
+        raise RemoteCommandError(transport.name, short, res.exit_code,
+                                 res.stdout.decode("utf-8", "replace"),
+                                 res.stderr.decode("utf-8", "replace"), hint=hint)
+    try:
+        out = json.loads(res.stdout.decode("utf-8").strip().splitlines()[-1])
+    except (ValueError, IndexError) as exc:
+        raise RemoteCommandError(transport.name, short, res.exit_code,
+                                 res.stdout.decode("utf-8", "replace"),
+                                 res.stderr.decode("utf-8", "replace"),
+                                 hint="the remote script printed no JSON; rerun with --debug") from exc
+    if not isinstance(out, dict):
+        raise RemoteCommandError(transport.name, short, res.exit_code, str(out), "",
+                                 hint="the remote script printed unexpected JSON")
+    return out
