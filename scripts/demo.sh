@@ -1,0 +1,8 @@
+#!/usr/bin/env bash
+# README command 1: set up, then run the main job on the embedded default target — a local venv
+# holding sglang==0.5.23 from PyPI (--no-deps) — snapshot → diff → apply ddtree → status → rollback.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+PY=${PYTHON:-python3}
+exec $PY -m sglang_patcher.cli demo "$@"

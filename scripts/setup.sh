@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Installs what sglpatch and its tests need on a fresh Debian/Ubuntu machine (idempotent).
+# System: openssh-server (the tests' real sshd), python3-venv (target venvs a non-root user can run),
+# rsync. Python: the CPU torch wheel first (pinned, so no CUDA build is pulled), then the project.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+need_apt=()
+[ -x /usr/sbin/sshd ] || need_apt+=(openssh-server)
+/usr/bin/python3 -c 'import venv, ensurepip' 2>/dev/null || need_apt+=(python3-venv)
+command -v rsync >/dev/null || need_apt+=(rsync)
+if [ ${#need_apt[@]} -gt 0 ]; then
+  if [ "$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo -n"; fi
+  echo "setup: apt-get install ${need_apt[*]}"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need_apt[@]}" >/dev/null
+fi
+
+PY=${PYTHON:-python3}
+FIND_LINKS=()
+[ -d /opt/wheels ] && FIND_LINKS=(--find-links /opt/wheels)
+if ! $PY -c 'import torch' 2>/dev/null; then
+  echo "setup: installing CPU torch 2.13.0"
+  $PY -m pip install -q "${FIND_LINKS[@]}" torch==2.13.0 \
+    || $PY -m pip install -q --index-url https://download.pytorch.org/whl/cpu torch==2.13.0
+fi
+echo "setup: installing sglpatch (editable) with test and ddtree extras"
+$PY -m pip install -q "${FIND_LINKS[@]}" -e '.[test,ddtree]'

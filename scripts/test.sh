@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# README command 2: set up everything, then run the whole test suite (CPU; GPU tests are skipped here
+# and run on a GPU machine with tests/gpu/run_gpu_tests.sh). Extra arguments go to pytest.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh || exit 1
+PY=${PYTHON:-python3}
+$PY -m pytest "$@"
+rc=$?
+if [ $rc -eq 5 ]; then
+  echo "test.sh: pytest collected no tests — that is a failure, not a pass" >&2
+  exit 1
+fi
+exit $rc

@@ -1,0 +1,69 @@
+"""The embedded default target: a local venv holding a real SGLang release from PyPI.
+
+README command 1 runs the whole story (snapshot → diff → apply → status → rollback) against it, through
+the ``local`` transport, so a new user needs no GPU host. The venv lives under
+``sglpatch_home()/sandbox/venv-<version>`` and is built once with ``pip install --no-deps
+sglang==<version>`` (a real install of the real wheel; SGLang's heavy dependencies are left out, so the
+L1 import check reports "skipped" there, never "passed").
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from .errors import SglpatchError
+from .inventory import Host
+from .state import safe_component, sglpatch_home
+
+DEFAULT_SGLANG = "0.5.23"
+SANDBOX_HOST = "sandbox"
+
+
+def sandbox_dir(version: str = DEFAULT_SGLANG, home: Path | None = None) -> Path:
+    return (home or sglpatch_home()) / "sandbox" / f"venv-{safe_component(version)}"
+
+
+def sandbox_python(version: str = DEFAULT_SGLANG, home: Path | None = None) -> Path:
+    return sandbox_dir(version, home) / "bin" / "python"
+
+
+def ensure_sandbox(version: str = DEFAULT_SGLANG, home: Path | None = None, *,
+                   log=print) -> Path:
+    """Create (once) the sandbox venv with ``sglang==version`` and return its interpreter path.
+
+    Raises :class:`SglpatchError` naming the step and the pip output tail when venv or pip fails
+    (for example no network and no pip cache). A half-built venv is removed so the next run retries.
+    """
+    venv = sandbox_dir(version, home)
+    python = venv / "bin" / "python"
+    marker = venv / ".sglpatch-ready"
+    if marker.exists() and python.exists():
+        return python
+    import shutil
+
+    if venv.exists():
+        shutil.rmtree(venv)
+    venv.parent.mkdir(parents=True, exist_ok=True)
+    log(f"building the sandbox target: venv {venv} with sglang=={version} (--no-deps, once)")
+    steps = [
+        [sys.executable, "-m", "venv", str(venv)],
+        [str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check", "--no-deps",
+         f"sglang=={version}"],
+    ]
+    for argv in steps:
+        proc = subprocess.run(argv, capture_output=True, text=True)
+        if proc.returncode != 0:
+            shutil.rmtree(venv, ignore_errors=True)
+            tail = "\n    ".join((proc.stderr or proc.stdout).strip().splitlines()[-10:])
+            raise SglpatchError(
+                f"sandbox: `{' '.join(argv)}` failed (exit {proc.returncode})\n    {tail}",
+                hint="check network access to PyPI (or a pip cache holding the wheel) and retry")
+    marker.write_text(version + "\n")
+    return python
+
+
+def sandbox_host(version: str = DEFAULT_SGLANG, home: Path | None = None) -> Host:
+    """The inventory entry of the sandbox target (transport ``local``)."""
+    return Host(name=SANDBOX_HOST, transport="local", python=str(sandbox_python(version, home)))
