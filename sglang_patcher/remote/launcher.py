@@ -82,3 +82,24 @@ def call_json(transport: Transport, interpreter: str, script: str, op: str,
         raise RemoteCommandError(transport.name, short, res.exit_code, str(out), "",
                                  hint="the remote script printed unexpected JSON")
     return out
+
+
+def source_argv(interpreter: str, source: bytes, *extra: str) -> list[str]:
+    """The argv that runs the Python ``source`` (bytes) under ``interpreter``, in one exec channel.
+
+    Inside the script, ``sys.argv == [<b64 source>, *extra]`` and ``__name__ == "__main__"``; it is
+    compiled under the file name ``<sglpatch-remote>``.
+    """
+    encoded = base64.b64encode(zlib.compress(source, 9)).decode("ascii")
+    return [interpreter, "-c", _BOOTSTRAP, encoded, *extra]
+
+
+def run_source(transport: Transport, interpreter: str, source: bytes, *extra: str,
+               stdin: bytes | None = None, sudo: bool = False,
+               timeout: float | None = None) -> CommandResult:
+    """Run a script given as source bytes (e.g. a patchset's L1 check) on a host; raw result.
+
+    One exec channel. Used for scripts that are not part of :mod:`sglang_patcher.remote`.
+    """
+    return transport.run(source_argv(interpreter, source, *extra), stdin=stdin, sudo=sudo,
+                         timeout=timeout)
