@@ -1,0 +1,274 @@
+"""The inventory: ``hosts.yaml`` validated with pydantic into :class:`Inventory` of :class:`Host`.
+
+File format (see the repository's ``hosts.yaml`` for a commented example)::
+
+    hosts:
+      ct200:                         # the name used on the command line
+        transport: ssh               # ssh (default) | local
+        ssh_alias: ct200             # a Host of ~/.ssh/config (ProxyJump, IdentityFile, ... apply)
+        # or: hostname/port/user/identity_file (any of these also override the alias' values)
+        known_hosts: ~/.ssh/known_hosts   # optional; default: UserKnownHostsFile or ~/.ssh/known_hosts
+        python: /opt/venvs/sglang/bin/python   # absolute path of the interpreter that has sglang
+        sudo: false                  # prefix host commands with `sudo -n` (root-owned installs)
+        tags: [gpu, h200]
+        state_dir: null              # host-side state; default <site-packages>/.sglpatch
+
+Environment expansion: ``${VAR}`` in ``python``, ``identity_file``, ``known_hosts`` and ``state_dir``
+is replaced by the variable's value; ``~`` at the start of ``identity_file``/``known_hosts`` is the
+local home. ``${SGLPATCH_HOME}`` defaults to :func:`~sglang_patcher.state.sglpatch_home` when unset.
+Any other unset variable is an error naming the line.
+
+Errors: everything wrong with the file becomes ONE :class:`~sglang_patcher.errors.InventoryError`
+naming the file, the line of each problem (from the YAML node marks) and the fix.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path, PurePosixPath
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from .errors import InventoryError
+from .state import sglpatch_home
+
+HOSTS_ENV = "SGLPATCH_HOSTS"
+_VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+
+
+class _UnsetVariable(ValueError):
+    pass
+
+
+def expand_vars(value: str) -> str:
+    """Replace ``${VAR}`` with the environment's value (``SGLPATCH_HOME`` defaults to the state dir).
+
+    Raises ValueError (turned into an InventoryError with the line) when a variable is unset.
+    """
+
+    def sub(m: re.Match[str]) -> str:
+        name = m.group(1)
+        val = os.environ.get(name)
+        if val is None and name == "SGLPATCH_HOME":
+            val = str(sglpatch_home())
+        if val is None:
+            raise _UnsetVariable(f"environment variable ${{{name}}} is not set")
+        return val
+
+    return _VAR.sub(sub, value)
+
+
+class Host(BaseModel):
+    """One host of the inventory.
+
+    ``python`` is the absolute path of the host's interpreter (after ``${VAR}`` expansion); the
+    tool never relies on a shell's PATH or an activated venv. For ``transport: ssh`` either
+    ``ssh_alias`` or ``hostname`` is required; ``local`` takes neither.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str
+    transport: Literal["ssh", "local"] = "ssh"
+    ssh_alias: str | None = None
+    hostname: str | None = None
+    port: int | None = Field(default=None, ge=1, le=65535)
+    user: str | None = None
+    identity_file: str | None = None
+    known_hosts: str | None = None
+    python: str
+    sudo: bool = False
+    tags: list[str] = Field(default_factory=list)
+    state_dir: str | None = None
+
+    @field_validator("name")
+    @classmethod
+    def _name_ok(cls, v: str) -> str:
+        if not _NAME.match(v):
+            raise ValueError("host names may hold letters, digits, '.', '_' and '-' only")
+        return v
+
+    @field_validator("python", "state_dir")
+    @classmethod
+    def _remote_abs(cls, v: str | None) -> str | None:
+        if v is None:
+            return v
+        v = expand_vars(v)
+        if not PurePosixPath(v).is_absolute():
+            raise ValueError(f"must be an absolute path, got {v!r}")
+        return v
+
+    @field_validator("identity_file", "known_hosts")
+    @classmethod
+    def _local_path(cls, v: str | None) -> str | None:
+        if v is None:
+            return v
+        return os.path.expanduser(expand_vars(v))
+
+    @model_validator(mode="after")
+    def _transport_fields(self) -> "Host":
+        if self.transport == "ssh" and not (self.ssh_alias or self.hostname):
+            raise ValueError("an ssh host needs `ssh_alias` (a Host of ~/.ssh/config) or `hostname`")
+        if self.transport == "local":
+            given = [f for f in ("ssh_alias", "hostname", "port", "user", "identity_file",
+                                 "known_hosts") if getattr(self, f) is not None]
+            if given:
+                raise ValueError(f"a local host takes no SSH settings (remove {', '.join(given)})")
+        return self
+
+    @property
+    def address(self) -> str:
+        """``user@host:port`` as far as the inventory knows it (the alias when one is used)."""
+        target = self.ssh_alias or self.hostname or "localhost"
+        if self.user:
+            target = f"{self.user}@{target}"
+        if self.port:
+            target = f"{target}:{self.port}"
+        return target if self.transport == "ssh" else "local"
+
+
+class Inventory(BaseModel):
+    """All hosts of one ``hosts.yaml`` (``path`` is where it was read from, None when built in code)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    hosts: dict[str, Host] = Field(default_factory=dict)
+    path: str | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _inject_names(cls, data: Any) -> Any:
+        if isinstance(data, dict) and isinstance(data.get("hosts"), dict):
+            hosts = {}
+            for name, entry in data["hosts"].items():
+                if isinstance(entry, dict):
+                    entry = {"name": str(name), **entry}
+                hosts[name] = entry
+            data = {**data, "hosts": hosts}
+        return data
+
+    def get(self, name: str) -> Host:
+        """The host called ``name``; raises InventoryError listing the known hosts."""
+        try:
+            return self.hosts[name]
+        except KeyError:
+            known = ", ".join(sorted(self.hosts)) or "(none)"
+            where = self.path or "the inventory"
+            raise InventoryError(f"unknown host {name!r} in {where}; known hosts: {known}",
+                                 hint=f"add it under `hosts:` in {where} or pick a known one") from None
+
+    def names(self) -> list[str]:
+        return sorted(self.hosts)
+
+    def with_tag(self, tag: str) -> list[Host]:
+        return [h for _, h in sorted(self.hosts.items()) if tag in h.tags]
+
+
+def default_inventory_path() -> Path:
+    """``$SGLPATCH_HOSTS`` when set, else ``./hosts.yaml``."""
+    env = os.environ.get(HOSTS_ENV)
+    return Path(env).expanduser() if env else Path("hosts.yaml")
+
+
+def load_inventory(path: str | os.PathLike[str] | None = None) -> Inventory:
+    """Read and validate an inventory file (default: :func:`default_inventory_path`).
+
+    Raises :class:`InventoryError` (one, listing every problem with its line and fix) when the file is
+    missing, is not YAML, or does not validate.
+    """
+    p = Path(path) if path is not None else default_inventory_path()
+    try:
+        text = p.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise InventoryError(
+            f"{p}: cannot read the inventory ({exc.strerror or exc})",
+            hint=f"create it (see the repository's hosts.yaml) or point ${HOSTS_ENV} at one") from exc
+    return parse_inventory(text, origin=str(p))
+
+
+def parse_inventory(text: str, *, origin: str = "hosts.yaml") -> Inventory:
+    """Validate inventory YAML ``text``; ``origin`` names it in errors. See :func:`load_inventory`."""
+    try:
+        node = yaml.compose(text, Loader=yaml.SafeLoader)
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        line = f", line {mark.line + 1}" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise InventoryError(f"{origin}{line}: not valid YAML ({problem})",
+                             hint="fix the YAML syntax (indentation, colons, quotes)") from exc
+    if data is None:
+        data = {}
+    if not isinstance(data, dict) or not isinstance(data.get("hosts", {}), dict):
+        raise InventoryError(f"{origin}, line 1: expected a mapping `hosts: {{NAME: {{...}}}}`",
+                             hint="see the repository's hosts.yaml for the format")
+    try:
+        inv = Inventory.model_validate({**data, "path": origin})
+    except ValidationError as exc:
+        problems = [_describe(err, node) for err in exc.errors()]
+        head = problems[0] if len(problems) == 1 else f"{len(problems)} problems"
+        msg = f"{origin}: invalid inventory: {head}"
+        if len(problems) > 1:
+            msg += "".join(f"\n  - {p}" for p in problems)
+        raise InventoryError(msg, hint=_fix(exc.errors()[0])) from exc
+    return inv
+
+
+# -- error mapping ---------------------------------------------------------------------------------
+
+def _line_of(node: yaml.Node | None, loc: tuple[Any, ...]) -> tuple[int | None, bool]:
+    """Line (1-based) of the YAML node at ``loc``; the second value says whether the exact key
+    was found (False: the line is the nearest enclosing mapping's)."""
+    line = node.start_mark.line + 1 if node is not None else None
+    cur = node
+    for part in loc:
+        if isinstance(cur, yaml.MappingNode):
+            for k, v in cur.value:
+                if str(k.value) == str(part):
+                    cur = v
+                    # a key's own line is more useful than its (block) value's first line
+                    line = k.start_mark.line + 1
+                    break
+            else:
+                return line, False
+        elif isinstance(cur, yaml.SequenceNode) and isinstance(part, int) and part < len(cur.value):
+            cur = cur.value[part]
+            line = cur.start_mark.line + 1
+        else:
+            return line, False
+    return line, True
+
+
+def _describe(err: dict[str, Any], root: yaml.Node | None) -> str:
+    loc = tuple(p for p in err["loc"] if p != "path")
+    line, _ = _line_of(root, loc)
+    where = ".".join(str(p) for p in loc) or "(top level)"
+    msg = err["msg"].removeprefix("Value error, ")
+    if err["type"] == "missing":
+        msg = f"`{loc[-1]}` is required"
+    elif err["type"] == "extra_forbidden":
+        msg = f"unknown field `{loc[-1]}`"
+    prefix = f"line {line}: " if line else ""
+    return f"{prefix}{where}: {msg}"
+
+
+def _fix(err: dict[str, Any]) -> str:
+    loc = err["loc"]
+    field = loc[-1] if loc else ""
+    if field == "python":
+        return ("set `python:` to the absolute path of the host's interpreter that has sglang, "
+                "e.g. /opt/venvs/sglang/bin/python (run `command -v python` in that env on the host)")
+    if err["type"] == "extra_forbidden":
+        known = ", ".join(f for f in Host.model_fields if f != "name")
+        return f"remove it or fix its spelling; a host takes: {known}"
+    if "environment variable" in err.get("msg", ""):
+        return "export the variable before running sglpatch, or write the path out"
+    if field == "state_dir":
+        return "give an absolute path on the host, or remove `state_dir`"
+    if field == "transport":
+        return "use `transport: ssh` or `transport: local`"
+    return "see the repository's hosts.yaml for a commented example of every field"

@@ -1,0 +1,256 @@
+"""The ``ssh`` transport: Fabric for connection set-up, a raw paramiko channel per command.
+
+Fabric's :class:`fabric.Connection` resolves the target the way ``ssh`` does (``~/.ssh/config``:
+HostName, User, Port, IdentityFile, ProxyJump/ProxyCommand; agent keys). Fabric accepts unknown host
+keys by default; here every connection (and every ProxyJump hop) gets paramiko's ``RejectPolicy`` and
+the host keys of ``known_hosts`` (the host's own file, else ssh_config's ``UserKnownHostsFile``, else
+``~/.ssh/known_hosts``), so an unknown or changed key fails closed with
+:class:`~sglang_patcher.errors.HostKeyError` naming ``host:port``.
+
+Commands run on one exec channel each (``exec_command(shlex.join(argv))``), with binary stdin sent
+by a writer thread and stdout/stderr drained by reader threads, so neither side can block the other
+however large the payloads are. This module is the ONE place where paramiko/socket errors become
+:class:`~sglang_patcher.errors.TransportError`.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import socket
+import threading
+import time
+from typing import Sequence
+
+import paramiko
+from fabric import Config, Connection
+from invoke.exceptions import AmbiguousEnvVar, UncastableEnvVar, UnknownFileType
+from paramiko.ssh_exception import (BadHostKeyException, NoValidConnectionsError,
+                                    SSHException)
+
+from ..errors import HostKeyError, TransportError
+from .base import CommandResult
+
+_CHUNK = 1 << 16
+
+
+class _RejectUnknownKey(paramiko.MissingHostKeyPolicy):
+    """Like paramiko's RejectPolicy, but raising our HostKeyError with what to do."""
+
+    def __init__(self, known_hosts: str):
+        self.known_hosts = known_hosts
+
+    def missing_host_key(self, client, hostname, key):  # noqa: D401 - paramiko API
+        # paramiko passes "[host]:port" for non-22 ports, plain host otherwise
+        host, port = _split_hostport(hostname)
+        raise HostKeyError(
+            f"{host}:{port}: host key unknown ({key.get_name()} "
+            f"SHA256:{_fingerprint(key)}); refusing to connect",
+            hint=(f"check the fingerprint with the host's owner, then add it: "
+                  f"ssh-keyscan -p {port} {host} >> {self.known_hosts}"))
+
+
+def _split_hostport(hostname: str) -> tuple[str, int]:
+    if hostname.startswith("[") and "]:" in hostname:
+        host, _, port = hostname[1:].partition("]:")
+        return host, int(port)
+    return hostname, 22
+
+
+def _fingerprint(key: paramiko.PKey) -> str:
+    import base64
+    import hashlib
+    return base64.b64encode(hashlib.sha256(key.asbytes()).digest()).decode().rstrip("=")
+
+
+class SSHTransport:
+    """A :class:`~sglang_patcher.transport.base.Transport` over SSH for one inventory host.
+
+    ``round_trips`` counts exec channels opened (one per :meth:`run`). The connection is opened
+    lazily on the first :meth:`run` (or :meth:`open`) and reused; :meth:`close` ends it.
+    """
+
+    def __init__(self, host, *, connect_timeout: float = 15.0):
+        self.host = host
+        self.name = host.name
+        self.round_trips = 0
+        self.connect_timeout = connect_timeout
+        self._conn: Connection | None = None
+
+    # -- connection set-up -------------------------------------------------------------------
+
+    def _build_connection(self) -> Connection:
+        h = self.host
+        config = Config()
+        connect_kwargs: dict = {}
+        if h.identity_file:
+            connect_kwargs["key_filename"] = [h.identity_file]
+        target = h.ssh_alias or h.hostname
+        kwargs: dict = {"config": config, "connect_timeout": self.connect_timeout,
+                        "connect_kwargs": connect_kwargs}
+        if h.user:
+            kwargs["user"] = h.user
+        if h.port:
+            kwargs["port"] = h.port
+        conn = Connection(target, **kwargs)
+        if h.ssh_alias and h.hostname:
+            conn.host = h.hostname   # explicit hostname overrides the alias' HostName
+        return conn
+
+    def _known_hosts_file(self, conn: Connection) -> str:
+        if self.host.known_hosts:
+            return self.host.known_hosts
+        configured = conn.ssh_config.get("userknownhostsfile")
+        if configured:
+            return os.path.expanduser(configured.split()[0])
+        return os.path.expanduser("~/.ssh/known_hosts")
+
+    def _harden(self, conn: Connection, known_hosts: str) -> None:
+        """Strict host-key checking on ``conn`` and every ProxyJump hop before it."""
+        client = conn.client
+        client.set_missing_host_key_policy(_RejectUnknownKey(known_hosts))
+        if os.path.exists(known_hosts):
+            try:
+                client.load_system_host_keys(known_hosts)
+            except (OSError, SSHException) as exc:
+                raise TransportError(f"{self.name}: cannot read known_hosts {known_hosts} ({exc})",
+                                     hint="fix or remove the malformed line") from exc
+        if isinstance(conn.gateway, Connection):
+            self._harden(conn.gateway, known_hosts)
+
+    def open(self) -> None:
+        """Connect (idempotent). Raises HostKeyError / TransportError."""
+        if self._conn is not None and self._conn.is_connected:
+            return
+        where = self.host.address
+        try:
+            conn = self._build_connection()
+            known_hosts = self._known_hosts_file(conn)
+            self._harden(conn, known_hosts)
+            where = f"{conn.host}:{conn.port}"
+            conn.open()
+        except HostKeyError:
+            raise
+        except BadHostKeyException as exc:
+            bad_host, bad_port = _split_hostport(exc.hostname)
+            raise HostKeyError(
+                f"{bad_host}:{bad_port}: host key CHANGED (got {exc.key.get_name()} SHA256:{_fingerprint(exc.key)}, "
+                f"known_hosts has SHA256:{_fingerprint(exc.expected_key)}); refusing to connect",
+                hint=("this may be an attack or a reinstalled host; after checking with its owner, "
+                      f"remove the old key (ssh-keygen -R '{exc.hostname}' -f {known_hosts})"
+                      " and add the new one with ssh-keyscan")) from exc
+        except paramiko.AuthenticationException as exc:
+            raise TransportError(f"{self.name} ({where}): authentication failed ({exc})",
+                                 hint="check user/identity_file in hosts.yaml or your ssh agent; "
+                                      "`ssh` to the host by hand to compare") from exc
+        except NoValidConnectionsError as exc:
+            raise TransportError(f"{self.name} ({where}): cannot connect ({exc})",
+                                 hint="is the host up and sshd listening on that port?") from exc
+        except (socket.timeout, TimeoutError) as exc:
+            raise TransportError(f"{self.name} ({where}): connection timed out after "
+                                 f"{self.connect_timeout:g} s",
+                                 hint="check the network path / ProxyJump settings") from exc
+        except socket.gaierror as exc:
+            raise TransportError(f"{self.name} ({where}): cannot resolve host name ({exc})",
+                                 hint="fix hostname/ssh_alias in hosts.yaml") from exc
+        except (SSHException, OSError, EOFError, ValueError, AmbiguousEnvVar, UncastableEnvVar,
+                UnknownFileType) as exc:
+            raise TransportError(f"{self.name} ({where}): SSH connection failed ({exc})") from exc
+        self._conn = conn
+
+    # -- commands --------------------------------------------------------------------------
+
+    def run(self, argv: Sequence[str], *, stdin: bytes | None = None,
+            timeout: float | None = None, sudo: bool = False) -> CommandResult:
+        """Run ``argv`` on the host in one exec channel. See the Transport protocol.
+
+        ``stdin`` bytes are sent then EOF'd; stdout/stderr come back as bytes. ``timeout`` (seconds)
+        bounds the whole command. Raises TransportError when the host cannot be reached, the
+        channel breaks, or the timeout passes; a non-zero exit is in the result.
+        """
+        argv = list(argv)
+        if sudo:
+            argv = ["sudo", "-n", *argv]
+        self.open()
+        assert self._conn is not None
+        command = shlex.join(argv)
+        deadline = time.monotonic() + timeout if timeout else None
+        self.round_trips += 1
+        try:
+            chan = self._conn.client.get_transport().open_session(timeout=self.connect_timeout)
+        except (SSHException, OSError, EOFError, AttributeError) as exc:
+            self._drop()
+            raise TransportError(f"{self.name}: cannot open an SSH channel ({exc})",
+                                 hint="the connection dropped; retry") from exc
+        try:
+            return self._exec(chan, argv, command, stdin, deadline, timeout)
+        finally:
+            chan.close()
+
+    def _exec(self, chan, argv, command, stdin, deadline, timeout) -> CommandResult:
+        out: list[bytes] = []
+        err: list[bytes] = []
+        errors: list[BaseException] = []
+
+        def pump(recv, sink):
+            try:
+                while True:
+                    data = recv(_CHUNK)
+                    if not data:
+                        return
+                    sink.append(data)
+            except BaseException as exc:  # surfaced below
+                errors.append(exc)
+
+        def feed():
+            try:
+                if stdin:
+                    view = memoryview(stdin)
+                    for i in range(0, len(view), _CHUNK):
+                        chan.sendall(view[i:i + _CHUNK])
+                chan.shutdown_write()
+            except BaseException as exc:
+                # the remote side may exit without reading all of stdin: not our error to raise
+                # when it produced an exit status; recorded for the broken-channel case.
+                errors.append(exc)
+
+        try:
+            chan.exec_command(command)
+        except (SSHException, OSError, EOFError) as exc:
+            raise TransportError(f"{self.name}: cannot start command {argv[0]} ({exc})") from exc
+        threads = [threading.Thread(target=feed, daemon=True),
+                   threading.Thread(target=pump, args=(chan.recv, out), daemon=True),
+                   threading.Thread(target=pump, args=(chan.recv_stderr, err), daemon=True)]
+        for t in threads:
+            t.start()
+        for t in threads[1:]:
+            t.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
+            if t.is_alive():
+                chan.close()
+                raise TransportError(f"{self.name}: command timed out after {timeout:g} s: "
+                                     f"{argv[0]}", hint="raise the timeout or check the host's load")
+        threads[0].join(5)
+        status = chan.recv_exit_status()   # -1 when the channel closed without one
+        if status == -1:
+            reason = f" ({errors[0]})" if errors else ""
+            raise TransportError(f"{self.name}: connection lost while running {argv[0]}{reason}",
+                                 hint="retry; check the host's sshd and network")
+        return CommandResult(self.name, argv, status, b"".join(out), b"".join(err))
+
+    def _drop(self) -> None:
+        if self._conn is not None:
+            try:
+                self._conn.close()
+            except Exception:  # closing a broken connection: nothing to report
+                pass
+        self._conn = None
+
+    def close(self) -> None:
+        """Close the connection (idempotent)."""
+        self._drop()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
