@@ -246,16 +246,19 @@ def build_tree_arrays(parents: torch.Tensor, valid: torch.Tensor, max_depth: int
     buf = torch.full((bs, N1 + 1), -1, dtype=torch.int64, device=dev)
     buf.scatter_(1, dst, torch.where(is_first, lab.expand(bs, N1), -1))
     retrieve_next_token = buf[:, :N1].contiguous()
-    # ancestor-or-self mask: chase parents max_depth times
-    mask = torch.zeros((bs, N1, N1), dtype=torch.bool, device=dev)
+    # ancestor-or-self mask: chase parents max_depth times; dead chases write a dump column
+    mask = torch.zeros((bs, N1, N1 + 1), dtype=torch.bool, device=dev)
     cur = lab.expand(bs, N1).clone()
-    alive = torch.ones((bs, N1), dtype=torch.bool, device=dev)
+    alive = valid.clone()
     ones = torch.ones((bs, N1, 1), dtype=torch.bool, device=dev)
     for _ in range(max_depth + 1):
-        mask.scatter_(2, cur.clamp(min=0).unsqueeze(-1), alive.unsqueeze(-1) & ones)
-        nxt = torch.gather(parents, 1, cur.clamp(min=0))
+        mask.scatter_(2, torch.where(alive, cur, N1).unsqueeze(-1), ones)
+        nxt = torch.gather(parents, 1, cur)
         alive = alive & (nxt >= 0)
         cur = torch.where(alive, nxt, cur)
+    mask = mask[:, :, :N1]
+    # padding rows see only themselves (keeps attention rows non-empty)
+    mask = mask | (torch.eye(N1, dtype=torch.bool, device=dev) & ~valid[:, :, None])
     return retrieve_index, retrieve_next_token, retrieve_next_sibling, mask
 
 
@@ -406,8 +409,8 @@ def build_custom_mask(
       prefix_lens: [bs] int (on the tree's device).
       prefix_lens_sum: host int sum of prefix_lens (avoids a device->host sync); read from the
         tensor (a sync) if None and ``out`` is None.
-      out: optional preallocated 1-D bool buffer at least that large (written in place; the
-        remainder is left as is).
+      out: optional preallocated 1-D bool buffer at least that large; all of it is filled with
+        True first (like SGLang's own fill), then the tree blocks are written.
     Returns:
       the flat bool mask (``out`` itself if given, else a new tensor of exactly the size).
     """
@@ -429,12 +432,7 @@ def build_custom_mask(
     start = torch.cumsum(N1 * row_len, 0) - N1 * row_len  # [bs]
     j = torch.arange(N1, device=dev)
     row_start = start[:, None] + j[None, :] * row_len[:, None]  # [bs, N1]
-    # prefix: every row's first prefix_len entries are True
-    tot = out.numel()
-    # Fill everything we own with True, then write the tree part.
-    used = start[-1] + N1 * row_len[-1] if bs > 0 else torch.zeros((), device=dev, dtype=torch.int64)
-    idx_all = torch.arange(tot, device=dev)
-    out.masked_fill_(idx_all < used, True)
+    out.fill_(True)  # prefix columns (and, first, the tree block too)
     col = torch.arange(N1, device=dev)
     idx = row_start[..., None] + pl[:, None, None] + col  # [bs, N1, N1]
     out.scatter_(0, idx.reshape(-1), tree.tree_mask.reshape(-1))
