@@ -1,22 +1,55 @@
-"""The deploy transaction, status and rollback (client side of :mod:`sglang_patcher.remote.deploy_agent`).
+"""The deploy transaction, status and rollback: the client side of the host's deploy agent.
 
-PLACEHOLDER: the transaction is being written; the agent client below is complete.
+A user's ``sglpatch apply`` is :func:`apply_to_host`; ``status`` is :func:`host_status`; ``rollback``
+is :func:`rollback_host`. All three are plain library calls over a :class:`~.transport.base.Transport`
+(SSH or local), an inventory ``Host`` (``name``, ``python``, ``sudo``, ``state_dir``) and the
+discovery ``HostInfo`` (``interpreter``, ``sglang_version``, ``site_packages``, ``record``).
+
+The transaction (:func:`apply_to_host`), in round trips over one transport:
+
+1. ``inspect`` — live sha256/mode/owner of every touched file, the lock, a pending journal, history.
+   A pending journal from an interrupted run is dealt with first: the same patchset+revision is
+   resumed (``resume``) and verified by the smoke checks; anything else is rolled back. The result
+   says which (``DeployResult.recovered``).
+2. Render the patchset against PRISTINE bytes (the mirror; the PyPI wheel cache or a backup when the
+   mirror holds patched files), every pristine byte checked against the patchset's pristine sha256.
+   Each file's state is decided by hashes only: live == expected → patched; == pristine → pristine;
+   == ``history[r]`` → patched at revision r (moved to this revision from pristine content); else
+   drifted → :class:`DriftError` listing the files (unless ``force``). All patched → a clean no-op.
+3. ``push`` — one tar of the new contents; the agent locks, checks disk and permission, checks
+   drift again against the allowed hashes, backs up, stages+verifies+renames, purges bytecode.
+4. Smoke checks (:mod:`.checks`): L0 ``py_compile`` (1 round trip), L1 the patchset script (1).
+   A failed gate rolls back by itself and raises :class:`CheckFailedError` with the check output.
+5. ``finish`` — record verified, release the lock. A local copy of the record and of the backups
+   is kept under ``sglpatch_home()/deployments/<host>/`` and ``backups/<host>/``.
+
+So a first apply is 5 round trips whatever the number of files (plus 1 when the originals are at an
+earlier revision and must be fetched for the local backup copy); a re-apply is 1.
 """
 
 from __future__ import annotations
 
 import getpass
+import hashlib
 import io
+import json
 import os
 import socket
 import tarfile
 import time
 import uuid
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable
 
-from .errors import (DeployError, DriftError, LockHeldError, SglpatchError, StateError)
+from . import checks as checks_mod
+from .applier import ApplyResult
+from .checks import CheckReport
+from .errors import (CheckFailedError, DeployError, DriftError, LockHeldError, PatchsetError, SglpatchError,
+                     StateError)
+from .manifest import read_record
 from .remote import launcher
+from .state import safe_component, sglpatch_home
 from .transport.base import Transport
 
 AGENT = "deploy_agent"
@@ -226,3 +259,861 @@ class AgentClient:
             raise StateError(f"{self.host}: cannot fetch the backups of deployment {deployment_id}: "
                              f"{res.stdout.decode('utf-8', 'replace').strip()[-500:]}")
         return untar(res.stdout)
+
+
+# =============================================================================== the transaction
+
+ACTIVE = ("staging", "committing", "pushed", "verified", "rolling_back")
+Progress = Callable[[str, str], None]
+
+
+def _sha(data: bytes | None) -> str | None:
+    return None if data is None else hashlib.sha256(data).hexdigest()
+
+
+def _noop(step: str, detail: str) -> None:
+    pass
+
+
+# ---------------------------------------------------------------------- the patchset, duck-typed
+
+def _target_of(patchset: Any, version: str) -> Any:
+    return patchset.target(version)  # raises UnsupportedVersionError listing the supported ones
+
+
+def _hashes(obj: Any, name: str) -> dict[str, str | None]:
+    val = obj.get(name) if isinstance(obj, dict) else getattr(obj, name, None)
+    return dict(val or {})
+
+
+def _history_for(patchset: Any, version: str) -> dict[int, dict[str, str | None]]:
+    """``{revision: {path: sha256 | None}}`` of earlier revisions of ``patchset`` for ``version``."""
+    hist = getattr(patchset, "history", None) or {}
+    out: dict[int, dict[str, str | None]] = {}
+    for rev, per_version in dict(hist).items():
+        try:
+            r = int(rev)
+        except (TypeError, ValueError):
+            continue
+        if isinstance(per_version, dict) and version in per_version:
+            out[r] = dict(per_version[version] or {})
+        elif hasattr(per_version, "get") and per_version.get(version) is not None:
+            out[r] = dict(per_version.get(version))
+    return out
+
+
+def _render(patchset: Any, version: str, read: Callable[[str], bytes | None]) -> ApplyResult:
+    """The patchset applied to pristine bytes: ``patchset.render(version, read)`` → ApplyResult."""
+    return patchset.render(version, read)
+
+
+def _patchset_root(patchset: Any) -> Path | None:
+    for attr in ("root", "path", "dir"):
+        v = getattr(patchset, attr, None)
+        if v is not None:
+            return Path(v)
+    return None
+
+
+# ---------------------------------------------------------------------------- pristine content
+
+class PristineSource:
+    """Pristine bytes of the touched files, each checked against the patchset's pristine sha256.
+
+    ``hashes`` maps path → pristine sha256 (None: the file does not exist in the release).
+    ``readers`` are tried in order — ``(name, read(path) -> bytes | None)`` — and the first whose
+    bytes match the hash wins (``used[path]`` names it). Typical order: the host's mirror, the
+    PyPI wheel cache, local backups, the host's backups. Raises :class:`StateError` naming the path,
+    the wanted hash and what each reader had, when none matches.
+    """
+
+    def __init__(self, hashes: dict[str, str | None], readers: list[tuple[str, Callable[[str], bytes | None]]]):
+        self.hashes = hashes
+        self.readers = readers
+        self.used: dict[str, str] = {}
+        self._cache: dict[str, bytes | None] = {}
+
+    def __call__(self, path: str) -> bytes | None:
+        return self.read(path)
+
+    def read(self, path: str) -> bytes | None:
+        if path in self._cache:
+            return self._cache[path]
+        if path not in self.hashes:
+            raise PatchsetError(f"the patchset touches {path} but lists no pristine sha256 for it",
+                                hint="add it to `pristine:` in patchset.yaml (null for a new file)")
+        want = self.hashes[path]
+        if want is None:
+            self._cache[path] = None
+            self.used[path] = "absent in the release"
+            return None
+        tried = []
+        for name, reader in self.readers:
+            try:
+                data = reader(path)
+            except (KeyError, OSError, ValueError, SglpatchError) as exc:
+                tried.append(f"{name}: {type(exc).__name__}")
+                continue
+            if data is None:
+                tried.append(f"{name}: missing")
+                continue
+            got = _sha(data)
+            if got == want:
+                self._cache[path] = data
+                self.used[path] = name
+                return data
+            tried.append(f"{name}: sha256 {got[:12]}…")
+        raise StateError(f"no pristine copy of {path} (sha256 {want[:12]}…): " + "; ".join(tried),
+                         hint="re-snapshot the host from a pristine install, or let the wheel cache "
+                              "fetch the release from PyPI")
+
+
+def _reader_of(obj: Any) -> Callable[[str], bytes | None] | None:
+    if obj is None:
+        return None
+    if hasattr(obj, "read") and callable(obj.read):
+        return obj.read
+    if callable(obj):
+        return obj
+    raise TypeError(f"not a pristine reader: {obj!r}")
+
+
+def _wheel_reader(version: str, home: Path | None) -> Callable[[str], bytes | None]:
+    tree: list[Any] = []
+
+    def read(path: str) -> bytes | None:
+        if not tree:
+            from . import wheelcache  # fetched lazily: only when the mirror holds patched files
+            tree.append(wheelcache.pristine_tree(version, home=home))
+        return tree[0].read(path)
+
+    return read
+
+
+def _local_backups_all(home: Path, host: str, path: str) -> list[bytes]:
+    base = home / "backups" / safe_component(host)
+    out = []
+    if base.is_dir():
+        for dep in sorted(base.iterdir()):
+            f = dep.joinpath(*path.split("/"))
+            if f.is_file():
+                out.append(f.read_bytes())
+    return out
+
+
+class _MultiLocalBackups:
+    """Reader over all local backups of a host that returns the copy matching the wanted hash."""
+
+    def __init__(self, home: Path, host: str, hashes: dict[str, str | None]):
+        self.home, self.host, self.hashes = home, host, hashes
+
+    def __call__(self, path: str) -> bytes | None:
+        want = self.hashes.get(path)
+        for data in _local_backups_all(self.home, self.host, path):
+            if _sha(data) == want:
+                return data
+        return None
+
+
+class _HostBackups:
+    """Reader over the host's backups: fetches (one round trip each) deployments whose record says
+    their original of the path had the wanted hash."""
+
+    def __init__(self, agent: "AgentClient", deployments: list[dict[str, Any]], hashes: dict[str, str | None]):
+        self.agent, self.deployments, self.hashes = agent, deployments, hashes
+        self._fetched: dict[str, dict[str, bytes]] = {}
+
+    def __call__(self, path: str) -> bytes | None:
+        want = self.hashes.get(path)
+        for rec in self.deployments:
+            f = rec.get("files", {}).get(path)
+            if not f or f.get("before") != want:
+                continue
+            if rec["id"] not in self._fetched:
+                self._fetched[rec["id"]] = self.agent.backup_tar(rec["id"])
+            data = self._fetched[rec["id"]].get(path)
+            if data is not None:
+                return data
+        return None
+
+
+# ------------------------------------------------------------------------------------- results
+
+@dataclass
+class FilePlan:
+    """One touched file: ``state`` pristine|patched|older|drifted|absent by hashes, ``found_revision``
+    (for patched/older), ``live``/``pristine``/``expected`` sha256 (None = absent), ``action``
+    write|delete|none, ``mode`` to set (None keeps the host's)."""
+
+    path: str
+    state: str
+    live: str | None
+    pristine: str | None
+    expected: str | None
+    found_revision: int | None = None
+    action: str = "none"
+    mode: int | None = None
+    live_mode: int | None = None
+    owner: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class DeployPlan:
+    """What an apply would do on one host (no lock taken, nothing written)."""
+
+    host: str
+    patchset: str
+    revision: int
+    sglang_version: str
+    files: dict[str, FilePlan]
+    contents: dict[str, bytes] = field(default_factory=dict, repr=False)
+    diff: str = ""
+    inspect: dict[str, Any] = field(default_factory=dict, repr=False)
+    pristine_sources: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def drifted(self) -> list[str]:
+        return sorted(p for p, f in self.files.items() if f.state == "drifted")
+
+    @property
+    def to_push(self) -> dict[str, FilePlan]:
+        return {p: f for p, f in self.files.items() if f.action != "none"}
+
+    @property
+    def kind(self) -> str:
+        """noop (all patched at this revision) | apply | upgrade (some at an earlier revision) |
+        complete (mixed pristine/patched) | drift."""
+        states = {f.state for f in self.files.values()}
+        if "drifted" in states:
+            return "drift"
+        if not self.to_push:
+            return "noop"
+        if "older" in states:
+            return "upgrade"
+        if "patched" in states:
+            return "complete"
+        return "apply"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"host": self.host, "patchset": self.patchset, "revision": self.revision,
+                "sglang_version": self.sglang_version, "kind": self.kind,
+                "files": {p: f.to_json() for p, f in sorted(self.files.items())},
+                "pristine_sources": self.pristine_sources}
+
+    def __rich__(self):
+        return _files_table(f"{self.patchset} r{self.revision} on {self.host} "
+                            f"(sglang {self.sglang_version}): {self.kind}", self.files.values(), plan=True)
+
+
+@dataclass
+class DeployResult:
+    """Outcome of :func:`apply_to_host`.
+
+    ``status``: applied | already_applied | dry_run | aborted | resumed. ``recovered`` says what was
+    done with an interrupted earlier run. ``round_trips`` and ``seconds`` measure this call.
+    """
+
+    host: str
+    status: str
+    plan: DeployPlan
+    deployment_id: str | None = None
+    record: dict[str, Any] | None = None
+    checks: CheckReport | None = None
+    recovered: list[str] = field(default_factory=list)
+    round_trips: int = 0
+    seconds: float = 0.0
+    local_record: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"host": self.host, "status": self.status, "deployment_id": self.deployment_id,
+                "plan": self.plan.to_json(), "checks": self.checks.to_json() if self.checks else None,
+                "recovered": self.recovered, "round_trips": self.round_trips,
+                "seconds": round(self.seconds, 3), "local_record": self.local_record}
+
+    def __rich__(self):
+        from rich.console import Group
+        from rich.text import Text
+
+        parts: list[Any] = [Text(f"{self.host}: {self.status}"
+                                 + (f" (deployment {self.deployment_id})" if self.deployment_id else "")
+                                 + f" — {self.round_trips} round trips, {self.seconds:.2f} s",
+                                 style="bold")]
+        parts += [Text(f"  recovered: {r}", style="yellow") for r in self.recovered]
+        parts.append(self.plan.__rich__())
+        if self.checks is not None:
+            parts.append(self.checks.__rich__())
+        return Group(*parts)
+
+
+@dataclass
+class FileStatus:
+    """One file on a host: ``state`` pristine|patched|drifted|absent, the patchset and revision that
+    the live hash belongs to, and the hashes it was judged by (``record``: the RECORD sha256)."""
+
+    path: str
+    state: str
+    live: str | None
+    patchset: str | None = None
+    revision: int | None = None
+    pristine: str | None = None
+    expected: str | None = None
+    record: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class StatusReport:
+    """:func:`host_status`: per-file states, the host's deployment history, pending journal, lock."""
+
+    host: str
+    sglang_version: str | None
+    files: list[FileStatus]
+    deployments: list[dict[str, Any]]
+    journal: dict[str, Any] | None
+    lock: dict[str, Any] | None
+    patchset: str | None = None
+    revision: int | None = None
+
+    @property
+    def overall(self) -> str:
+        """pristine | patched | mixed | drifted | pending (an interrupted deployment) | unknown."""
+        if self.journal:
+            return "pending"
+        states = {f.state for f in self.files}
+        if not states:
+            return "pristine" if not any(d.get("phase") in ACTIVE for d in self.deployments) else "unknown"
+        if "drifted" in states:
+            return "drifted"
+        if states <= {"pristine", "absent"}:
+            return "pristine"
+        if states == {"patched"}:
+            return "patched"
+        return "mixed"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"host": self.host, "sglang_version": self.sglang_version, "overall": self.overall,
+                "patchset": self.patchset, "revision": self.revision,
+                "files": [f.to_json() for f in self.files],
+                "deployments": [_record_summary(d) for d in self.deployments],
+                "journal": _record_summary(self.journal) if self.journal else None, "lock": self.lock}
+
+    def __rich__(self):
+        from rich.console import Group
+        from rich.table import Table
+        from rich.text import Text
+
+        parts: list[Any] = [Text(f"{self.host} (sglang {self.sglang_version}): {self.overall}", style="bold")]
+        if self.journal:
+            parts.append(Text(f"  pending: deployment {self.journal.get('id')} interrupted in phase "
+                              f"{self.journal.get('phase')} — run apply again or rollback", style="yellow"))
+        if self.lock:
+            parts.append(Text(f"  locked by {describe_holder(self.lock)}", style="yellow"))
+        t = Table(title="files")
+        for col in ("file", "state", "patchset", "rev", "live sha256"):
+            t.add_column(col, overflow="fold")
+        styles = {"pristine": "green", "patched": "cyan", "drifted": "bold red", "absent": "dim"}
+        for f in self.files:
+            t.add_row(f.path, f"[{styles.get(f.state, '')}]{f.state}[/]", f.patchset or "",
+                      "" if f.revision is None else str(f.revision), (f.live or "-")[:16])
+        parts.append(t)
+        h = Table(title="deployments")
+        for col in ("id", "patchset", "rev", "phase", "started", "files"):
+            h.add_column(col)
+        for d in self.deployments:
+            h.add_row(str(d.get("id")), str(d.get("patchset")), str(d.get("revision")), str(d.get("phase")),
+                      str(d.get("times", {}).get("started", "")), str(len(d.get("files", {}))))
+        parts.append(h)
+        return Group(*parts)
+
+
+@dataclass
+class RollbackResult:
+    """:func:`rollback_host`: the deployments rolled back (newest first) and every file's final hash."""
+
+    host: str
+    rolled_back: list[str]
+    files: dict[str, str | None]
+    already: list[str] = field(default_factory=list)
+    round_trips: int = 0
+    seconds: float = 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def __rich__(self):
+        from rich.table import Table
+
+        t = Table(title=f"{self.host}: rolled back {', '.join(self.rolled_back) or 'nothing'}"
+                        f" ({self.round_trips} round trips, {self.seconds:.2f} s)")
+        t.add_column("file")
+        t.add_column("restored sha256")
+        for p, h in sorted(self.files.items()):
+            t.add_row(p, h or "(removed)")
+        return t
+
+
+def _record_summary(d: dict[str, Any] | None) -> dict[str, Any] | None:
+    if d is None:
+        return None
+    return {k: d.get(k) for k in ("id", "patchset", "revision", "sglang_version", "phase", "times",
+                                  "forced", "checks")} | {"files": sorted(d.get("files", {}))}
+
+
+def _files_table(title: str, files: Any, plan: bool = False):
+    from rich.table import Table
+
+    t = Table(title=title)
+    for col in ("file", "state", "live", "action"):
+        t.add_column(col, overflow="fold")
+    styles = {"pristine": "green", "patched": "cyan", "older": "magenta", "drifted": "bold red"}
+    for f in sorted(files, key=lambda f: f.path):
+        st = f.state + (f" r{f.found_revision}" if f.found_revision is not None else "")
+        t.add_row(f.path, f"[{styles.get(f.state, '')}]{st}[/]", (f.live or "absent")[:12], f.action)
+    return t
+
+
+# ------------------------------------------------------------------------------- local records
+
+def _local_paths(home: Path, host: str, deployment_id: str) -> tuple[Path, Path]:
+    h = safe_component(host)
+    return (home / "deployments" / h / f"{deployment_id}.json", home / "backups" / h / deployment_id)
+
+
+def save_local_record(home: Path, host: str, record: dict[str, Any],
+                      backups: dict[str, bytes] | None = None) -> Path:
+    """Write the local copy of a host's deployment record (and its backups); returns the record path."""
+    rec_path, bdir = _local_paths(home, host, record["id"])
+    rec_path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = rec_path.with_name(rec_path.name + ".tmp")
+    tmp.write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
+    tmp.replace(rec_path)
+    for path, data in (backups or {}).items():
+        f = bdir.joinpath(*path.split("/"))
+        f.parent.mkdir(parents=True, exist_ok=True)
+        f.write_bytes(data)
+    return rec_path
+
+
+# -------------------------------------------------------------------------------------- pieces
+
+def _agent_for(transport: Transport, host: Any, info: Any) -> AgentClient:
+    interpreter = getattr(info, "interpreter", None) or host.python
+    return AgentClient(transport, str(interpreter), str(info.site_packages),
+                       state_dir=getattr(host, "state_dir", None), sudo=bool(getattr(host, "sudo", False)))
+
+
+def _host_name(host: Any, transport: Transport) -> str:
+    return str(getattr(host, "name", None) or transport.name)
+
+
+def _lock_takeover(host: str, lock: dict[str, Any] | None, break_lock: bool, what: str) -> bool:
+    """Whether we may take over ``lock``; raises LockHeldError naming the holder when not."""
+    if lock is None:
+        return False
+    if break_lock or holder_is_stale(lock):
+        return True
+    raise LockHeldError(f"{host}: {what}: the host is locked by {describe_holder(lock)}",
+                        hint="wait for it to finish; if that process is gone, rerun with --break-lock")
+
+
+def plan_apply(transport: Transport, host: Any, info: Any, patchset: Any, *, pristine: Any = None,
+               agent: AgentClient | None = None, inspect: dict[str, Any] | None = None,
+               home: Path | None = None) -> DeployPlan:
+    """Decide, by hashes, what applying ``patchset`` to ``host`` would do. Writes nothing.
+
+    ``pristine``: a reader of pristine bytes (a Mirror, or ``read(path) -> bytes | None``); the
+    wheel cache, local backups and the host's backups are the fallbacks. ``inspect``: a fresh
+    agent ``inspect`` answer to reuse (else one round trip). Raises UnsupportedVersionError,
+    StateError (no pristine copy), ApplyError/PatchsetError (the series does not apply),
+    PatchsetError (the rendered bytes do not match the patchset's expected sha256).
+    """
+    home = home or sglpatch_home()
+    name = _host_name(host, transport)
+    version = str(info.sglang_version)
+    target = _target_of(patchset, version)
+    pristine_h = _hashes(target, "pristine")
+    expected_h = _hashes(target, "expected")
+    history = {r: h for r, h in _history_for(patchset, version).items() if r != int(patchset.revision)}
+    paths = set(pristine_h) | set(expected_h)
+    for h in history.values():
+        paths |= set(h)
+    agent = agent or _agent_for(transport, host, info)
+    if inspect is None:
+        inspect = agent.inspect(sorted(paths))
+    readers: list[tuple[str, Callable[[str], bytes | None]]] = []
+    r = _reader_of(pristine)
+    if r is not None:
+        readers.append(("mirror", r))
+    readers.append(("local backups", _MultiLocalBackups(home, name, pristine_h)))
+    readers.append(("host backups", _HostBackups(agent, list(reversed(inspect.get("deployments", []))),
+                                                 pristine_h)))
+    readers.append((f"wheel sglang=={version}", _wheel_reader(version, home)))
+    # paths only an earlier revision touched go back to pristine; None = absent in the release
+    src = PristineSource({p: pristine_h.get(p) for p in paths}, readers)
+    result = _render(patchset, version, src.read)
+    desired: dict[str, tuple[bytes | None, int | None]] = {}
+    for p in paths:
+        if p in result.files:
+            ch = result.files[p]
+            desired[p] = (ch.new, ch.new_mode)
+        else:
+            desired[p] = (src.read(p), None)  # back to pristine (an earlier revision touched it)
+    for p, ch in result.files.items():
+        if p not in desired:
+            raise PatchsetError(f"the series touches {p}, which patchset.yaml does not list",
+                                hint="add its pristine and expected sha256 to patchset.yaml")
+    stale = {p: (_sha(desired[p][0]), expected_h[p]) for p in expected_h if _sha(desired[p][0]) != expected_h[p]}
+    if stale:
+        raise PatchsetError(
+            f"patchset {patchset.name} r{patchset.revision}: the rendered result does not match the expected "
+            f"sha256 in patchset.yaml for " + ", ".join(f"{p} (rendered {a and a[:12]}, listed {b and b[:12]})"
+                                                       for p, (a, b) in sorted(stale.items())),
+            hint="regenerate the expected hashes of the patchset")
+    files: dict[str, FilePlan] = {}
+    contents: dict[str, bytes] = {}
+    live_files = inspect.get("files", {})
+    for p in sorted(paths):
+        li = live_files.get(p, {"sha256": None})
+        live = li.get("sha256") if li.get("exists", li.get("sha256") is not None) else None
+        want, mode = desired[p]
+        exp = _sha(want)
+        fp = FilePlan(path=p, state="drifted", live=live, pristine=pristine_h.get(p), expected=exp,
+                      live_mode=li.get("mode"), owner=None if li.get("uid") is None else f"{li.get('uid')}:{li.get('gid')}")
+        if live == exp and (mode is None or li.get("mode") == mode):
+            fp.state, fp.found_revision = "patched", int(patchset.revision)
+        elif live == exp:
+            fp.state, fp.found_revision = "patched", int(patchset.revision)  # mode differs: rewrite it
+            fp.action, fp.mode = "write", mode
+        elif live == pristine_h.get(p):
+            fp.state = "pristine"
+        else:
+            for rev in sorted(history, reverse=True):
+                if p in history[rev] and history[rev][p] == live:
+                    fp.state, fp.found_revision = "older", rev
+                    break
+        if fp.state in ("pristine", "older", "drifted"):
+            fp.action = "write" if want is not None else "delete"
+            fp.mode = mode
+        if fp.action == "write":
+            contents[p] = want  # type: ignore[assignment]
+        files[p] = fp
+    return DeployPlan(host=name, patchset=str(patchset.name), revision=int(patchset.revision),
+                      sglang_version=version, files=files, contents=contents, diff=result.diff_text(),
+                      inspect=inspect, pristine_sources=dict(src.used))
+
+
+def _allowed(fp: FilePlan, history: dict[int, dict[str, str | None]]) -> list[str | None]:
+    allowed = {fp.pristine, fp.expected}
+    for h in history.values():
+        if fp.path in h:
+            allowed.add(h[fp.path])
+    if fp.path not in {p for h in history.values() for p in h} and fp.pristine is None:
+        allowed.add(None)
+    return sorted(allowed, key=lambda x: "" if x is None else x)
+
+
+def _backups_for_local(agent: AgentClient, plan: DeployPlan, record: dict[str, Any],
+                       src_bytes: Callable[[str], bytes | None]) -> dict[str, bytes]:
+    """Originals of a pushed deployment, from bytes we hold when the hash matches, else the host."""
+    out: dict[str, bytes] = {}
+    need_host = False
+    for p, f in record.get("files", {}).items():
+        before = f.get("before")
+        if before is None:
+            continue
+        data = None
+        for cand in (plan.contents.get(p), _safe_read(src_bytes, p)):
+            if cand is not None and _sha(cand) == before:
+                data = cand
+                break
+        if data is None:
+            need_host = True
+        else:
+            out[p] = data
+    if need_host:
+        out.update(agent.backup_tar(record["id"]))
+    return out
+
+
+def _safe_read(read: Callable[[str], bytes | None], p: str) -> bytes | None:
+    try:
+        return read(p)
+    except SglpatchError:
+        return None
+
+
+def _verify_and_finish(agent: AgentClient, transport: Transport, host: Any, info: Any, patchset: Any,
+                       record: dict[str, Any], holder: dict[str, Any], home: Path, name: str,
+                       progress: Progress) -> CheckReport:
+    """Run the smoke checks on a pushed deployment; finish it, or roll it back and raise."""
+    files = sorted(p for p, f in record["files"].items() if f.get("after") is not None)
+    progress("checks", f"L0 py_compile of {sum(p.endswith('.py') for p in files)} file(s), then L1")
+    report = checks_mod.run_checks(transport, host, info, files, patchset)
+    if not report.gate_passed:
+        progress("rollback", f"smoke checks failed; rolling back {record['id']}")
+        rb = agent.rollback(record["id"], holder, break_lock=True)
+        rec = dict(rb["deployment"], checks=report.summary())
+        save_local_record(home, name, rec)
+        raise CheckFailedError(
+            f"{name}: smoke checks failed after pushing {record.get('patchset')} r{record.get('revision')}; "
+            f"deployment {record['id']} was rolled back (every file verified against its pre-deploy "
+            f"sha256)\n{report.text()}",
+            hint="fix the patchset (see the failed checks above) and apply again")
+    fin = agent.finish(record["id"], holder, checks=report.summary())
+    save_local_record(home, name, fin["deployment"])
+    return report
+
+
+def apply_to_host(transport: Transport, host: Any, info: Any, patchset: Any, *, pristine: Any = None,
+                  dry_run: bool = False, force: bool = False, break_lock: bool = False,
+                  confirm: Callable[[DeployPlan], bool] | None = None, progress: Progress | None = None,
+                  home: Path | None = None, reserve_bytes: int = 16 << 20) -> DeployResult:
+    """Apply ``patchset`` to ``host`` as one transaction (see the module docstring); return what happened.
+
+    ``info`` is the discovery HostInfo of the host. ``confirm(plan)`` is asked before the push
+    (False → status ``aborted``, nothing written). ``progress(step, detail)`` is told each step.
+    Raises UnsupportedVersionError (the host's SGLang version is not a target), DriftError (files
+    changed on the host; lists them; ``force`` overrides), LockHeldError (names the holder;
+    ``break_lock`` overrides), DeployError (disk, permission, push failure — nothing half-written),
+    CheckFailedError (a smoke check failed; already rolled back), TransportError.
+    """
+    t0 = time.monotonic()
+    rt0 = transport.round_trips
+    home = home or sglpatch_home()
+    progress = progress or _noop
+    name = _host_name(host, transport)
+    agent = _agent_for(transport, host, info)
+    version = str(info.sglang_version)
+    target = _target_of(patchset, version)
+    history = {r: h for r, h in _history_for(patchset, version).items() if r != int(patchset.revision)}
+    paths = set(_hashes(target, "pristine")) | set(_hashes(target, "expected"))
+    for h in history.values():
+        paths |= set(h)
+    progress("inspect", f"hashing {len(paths)} file(s) on {name}")
+    ins = agent.inspect(sorted(paths))
+    recovered: list[str] = []
+
+    def done(status: str, plan: DeployPlan, **kw: Any) -> DeployResult:
+        return DeployResult(host=name, status=status, plan=plan, recovered=recovered,
+                            round_trips=transport.round_trips - rt0, seconds=time.monotonic() - t0, **kw)
+
+    j = ins.get("journal")
+    if j is not None and not dry_run:
+        takeover = _lock_takeover(name, ins.get("lock"), break_lock, f"deployment {j.get('id')} is pending")
+        holder = make_holder(j.get("id"))
+        same = j.get("patchset") == patchset.name and str(j.get("revision")) == str(patchset.revision)
+        resumed = None
+        if same and j.get("phase") in ("staging", "committing", "pushed"):
+            try:
+                resumed = agent.resume(j["id"], holder, break_lock=takeover)["deployment"]
+            except AgentError as exc:
+                if exc.kind != "not_resumable":
+                    raise
+        if resumed is not None:
+            progress("resume", f"deployment {j['id']} was interrupted in phase {j.get('phase')}; verifying it")
+            save_local_record(home, name, resumed)
+            plan = plan_apply(transport, host, info, patchset, pristine=pristine, agent=agent,
+                              inspect=agent.inspect(sorted(paths)), home=home)
+            report = _verify_and_finish(agent, transport, host, info, patchset, resumed, holder, home, name,
+                                        progress)
+            recovered.append(f"resumed interrupted deployment {j['id']} (was {j.get('phase')}) and verified it")
+            return done("resumed", plan, deployment_id=j["id"], record=resumed, checks=report)
+        progress("rollback", f"rolling back interrupted deployment {j.get('id')} (phase {j.get('phase')})")
+        rb = agent.rollback(j["id"], holder, break_lock=takeover)
+        save_local_record(home, name, rb["deployment"])
+        recovered.append(f"rolled back interrupted deployment {j['id']} (was {j.get('phase')})")
+        ins = agent.inspect(sorted(paths))
+
+    plan = plan_apply(transport, host, info, patchset, pristine=pristine, agent=agent, inspect=ins, home=home)
+    if plan.drifted and not force:
+        lines = [f"{p}: live {(plan.files[p].live or 'absent')[:16]}, pristine "
+                 f"{(plan.files[p].pristine or 'absent')[:16]}, expected {(plan.files[p].expected or 'absent')[:16]}"
+                 for p in plan.drifted]
+        err = DriftError(f"{name}: {len(plan.drifted)} file(s) match neither the pristine nor any revision "
+                         f"of {patchset.name}:\n    " + "\n    ".join(lines),
+                         hint="someone changed them on the host; look at them, then rerun with --force "
+                              "to overwrite (they are backed up first)")
+        err.files = plan.drifted  # type: ignore[attr-defined]
+        raise err
+    if not plan.to_push:
+        return done("already_applied", plan)
+    if dry_run:
+        return done("dry_run", plan)
+    if ins.get("journal") is None:
+        lock_takeover = _lock_takeover(name, ins.get("lock"), break_lock, "cannot deploy")
+    else:
+        lock_takeover = False
+    if confirm is not None and not confirm(plan):
+        return done("aborted", plan)
+
+    did = new_deployment_id(str(patchset.name), patchset.revision)
+    holder = make_holder(did)
+    files_spec = {}
+    for p, fp in plan.to_push.items():
+        files_spec[p] = {"action": fp.action, "sha256": fp.expected if fp.action == "write" else None,
+                         "mode": fp.mode, "allowed": _allowed(fp, history)}
+    deployment = {"id": did, "patchset": patchset.name, "revision": int(patchset.revision),
+                  "sglang_version": version,
+                  "client": {k: holder[k] for k in ("user", "host", "pid")}}
+    progress("push", f"{len(files_spec)} file(s) → {name} (stage, verify, rename)")
+    pushed = agent.push(deployment, files_spec, plan.contents, holder, force=force, break_lock=lock_takeover,
+                        reserve_bytes=reserve_bytes)["deployment"]
+    backups = _backups_for_local(agent, plan, pushed, lambda p: _safe_read_src(pristine, p))
+    local = save_local_record(home, name, pushed, backups)
+    report = _verify_and_finish(agent, transport, host, info, patchset, pushed, holder, home, name, progress)
+    record = json.loads(local.read_text())
+    return done("applied", plan, deployment_id=did, record=record, checks=report, local_record=str(local))
+
+
+def _safe_read_src(pristine: Any, p: str) -> bytes | None:
+    r = _reader_of(pristine)
+    if r is None:
+        return None
+    try:
+        return r(p)
+    except (KeyError, OSError, ValueError, SglpatchError):
+        return None
+
+
+# ------------------------------------------------------------------------------------ rollback
+
+def rollback_host(transport: Transport, host: Any, info: Any, deployment_id: str | None = None, *,
+                  break_lock: bool = False, home: Path | None = None,
+                  progress: Progress | None = None) -> RollbackResult:
+    """Roll back ``deployment_id`` (None: the latest active one; an interrupted one first).
+
+    With an id, every active deployment after it that touches the same files is rolled back too,
+    newest first, so the host ends in the state before ``deployment_id``. The agent restores each
+    backup (stage, verify, rename, original owner and mode), removes added files, purges bytecode and
+    verifies every file against its recorded pre-deploy sha256. Raises StateError (unknown id, nothing
+    to roll back, a backup missing or not matching), LockHeldError.
+    """
+    t0 = time.monotonic()
+    rt0 = transport.round_trips
+    home = home or sglpatch_home()
+    progress = progress or _noop
+    name = _host_name(host, transport)
+    agent = _agent_for(transport, host, info)
+    hist = agent.history()
+    records = {d["id"]: d for d in hist.get("deployments", [])}
+    j = hist.get("journal")
+    if j is not None:
+        records[j["id"]] = j
+    order = sorted(records.values(), key=lambda d: (d.get("times", {}).get("started", ""), d["id"]))
+    active = [d for d in order if d.get("phase") in ACTIVE]
+    if deployment_id is None:
+        if not active:
+            raise StateError(f"{name}: no deployment to roll back (history: "
+                             f"{', '.join(d['id'] + ' ' + str(d.get('phase')) for d in order) or 'empty'})")
+        todo = [active[-1]]
+    else:
+        if deployment_id not in records:
+            raise StateError(f"{name}: no deployment {deployment_id} on this host",
+                             hint="`sglpatch status --host HOST` lists them")
+        start = order.index(records[deployment_id])
+        todo = [d for d in order[start:] if d.get("phase") in ACTIVE]
+        first = records[deployment_id]
+        todo = [d for d in todo if d is first or set(d.get("files", {})) & set(first.get("files", {}))]
+        todo.reverse()
+    takeover = _lock_takeover(name, hist.get("lock"), break_lock, "cannot roll back")
+    rolled, already = [], []
+    final: dict[str, str | None] = {}
+    if deployment_id is not None and not todo:
+        already.append(deployment_id)
+    for d in todo:
+        holder = make_holder(d["id"])
+        progress("rollback", f"{d['id']} ({d.get('patchset')} r{d.get('revision')}, {len(d.get('files', {}))} files)")
+        out = agent.rollback(d["id"], holder, break_lock=takeover)
+        (already if out.get("already") else rolled).append(d["id"])
+        save_local_record(home, name, out["deployment"])
+        for p, f in out["deployment"].get("files", {}).items():
+            final[p] = f.get("before")
+    return RollbackResult(host=name, rolled_back=rolled, files=final, already=already,
+                          round_trips=transport.round_trips - rt0, seconds=time.monotonic() - t0)
+
+
+# -------------------------------------------------------------------------------------- status
+
+def _record_hashes(info: Any) -> dict[str, str | None]:
+    rec = getattr(info, "record", None)
+    if rec is None:
+        return {}
+    if isinstance(rec, str):
+        return read_record(rec)
+    return dict(rec)
+
+
+def host_status(transport: Transport, host: Any, info: Any, patchset: Any = None) -> StatusReport:
+    """Per touched file: pristine / patched (patchset, revision) / drifted, by hashes; plus history.
+
+    With ``patchset``: its touched files, judged against its pristine/expected/history hashes (one
+    round trip). Without: the files of the host's deployment records, judged against the installed
+    distribution's RECORD (pristine) and the records' ``after`` hashes (two round trips).
+    """
+    agent = _agent_for(transport, host, info)
+    name = _host_name(host, transport)
+    version = str(getattr(info, "sglang_version", "") or "") or None
+    record_h = _record_hashes(info)
+    known: dict[str, list[tuple[str, str | None, int | None]]] = {}  # path → [(state, hash, rev)]
+    ps_name = ps_rev = None
+    if patchset is not None:
+        ps_name, ps_rev = str(patchset.name), int(patchset.revision)
+        target = _target_of(patchset, str(version))
+        pristine_h = _hashes(target, "pristine")
+        expected_h = _hashes(target, "expected")
+        paths = set(pristine_h) | set(expected_h)
+        hist = _history_for(patchset, str(version))
+        for p in paths:
+            known.setdefault(p, []).append(("patched", expected_h.get(p), ps_rev))
+        for rev, hh in sorted(hist.items(), reverse=True):
+            for p, h in hh.items():
+                paths.add(p)
+                known.setdefault(p, []).append(("patched", h, rev))
+        pristine_of = {p: pristine_h.get(p, record_h.get(p)) for p in paths}
+        ins = agent.inspect(sorted(paths))
+        deployments = ins.get("deployments", [])
+    else:
+        first = agent.inspect([])
+        deployments = first.get("deployments", [])
+        paths = set()
+        pristine_of = {}
+        for d in deployments:
+            for p, f in d.get("files", {}).items():
+                paths.add(p)
+                pristine_of.setdefault(p, f.get("before"))  # the oldest original
+                known.setdefault(p, []).append(("patched", f.get("after"), d.get("revision")))
+        for p in paths:
+            if p in record_h:
+                pristine_of[p] = record_h[p]
+        ins = agent.inspect(sorted(paths)) if paths else first
+        by_path_ps = {}
+        for d in deployments:
+            for p in d.get("files", {}):
+                by_path_ps.setdefault(p, []).append(d)
+    files = []
+    for p in sorted(paths):
+        li = ins.get("files", {}).get(p, {})
+        live = li.get("sha256") if li.get("exists") else None
+        fs = FileStatus(path=p, state="drifted", live=live, pristine=pristine_of.get(p), record=record_h.get(p))
+        if live == pristine_of.get(p):
+            fs.state = "pristine" if live is not None else "absent"
+        else:
+            for state, h, rev in known.get(p, []):
+                if h == live:
+                    fs.state, fs.revision = state, rev
+                    fs.expected = h
+                    if patchset is not None:
+                        fs.patchset = ps_name
+                    else:
+                        ds = [d for d in by_path_ps.get(p, []) if d.get("files", {}).get(p, {}).get("after") == live]
+                        fs.patchset = ds[-1].get("patchset") if ds else None
+                        fs.revision = ds[-1].get("revision") if ds else rev
+                    break
+        files.append(fs)
+    return StatusReport(host=name, sglang_version=version, files=files, deployments=deployments,
+                        journal=ins.get("journal"), lock=ins.get("lock"), patchset=ps_name, revision=ps_rev)
