@@ -473,6 +473,7 @@ class DeployPlan:
     diff: str = ""
     inspect: dict[str, Any] = field(default_factory=dict, repr=False)
     pristine_sources: dict[str, str] = field(default_factory=dict)
+    pristine_bytes: dict[str, bytes | None] = field(default_factory=dict, repr=False)
 
     @property
     def drifted(self) -> list[str]:
@@ -804,7 +805,8 @@ def plan_apply(transport: Transport, host: Any, info: Any, patchset: Any, *, pri
         files[p] = fp
     return DeployPlan(host=name, patchset=str(patchset.name), revision=int(patchset.revision),
                       sglang_version=version, files=files, contents=contents, diff=result.diff_text(),
-                      inspect=inspect, pristine_sources=dict(src.used))
+                      inspect=inspect, pristine_sources=dict(src.used),
+                      pristine_bytes=dict(src._cache))
 
 
 def _allowed(fp: FilePlan, history: dict[int, dict[str, str | None]]) -> list[str | None]:
@@ -817,8 +819,7 @@ def _allowed(fp: FilePlan, history: dict[int, dict[str, str | None]]) -> list[st
     return sorted(allowed, key=lambda x: "" if x is None else x)
 
 
-def _backups_for_local(agent: AgentClient, plan: DeployPlan, record: dict[str, Any],
-                       src_bytes: Callable[[str], bytes | None]) -> dict[str, bytes]:
+def _backups_for_local(agent: AgentClient, plan: DeployPlan, record: dict[str, Any]) -> dict[str, bytes]:
     """Originals of a pushed deployment, from bytes we hold when the hash matches, else the host."""
     out: dict[str, bytes] = {}
     need_host = False
@@ -827,7 +828,7 @@ def _backups_for_local(agent: AgentClient, plan: DeployPlan, record: dict[str, A
         if before is None:
             continue
         data = None
-        for cand in (plan.contents.get(p), _safe_read(src_bytes, p)):
+        for cand in (plan.contents.get(p), plan.pristine_bytes.get(p)):
             if cand is not None and _sha(cand) == before:
                 data = cand
                 break
@@ -838,13 +839,6 @@ def _backups_for_local(agent: AgentClient, plan: DeployPlan, record: dict[str, A
     if need_host:
         out.update(agent.backup_tar(record["id"]))
     return out
-
-
-def _safe_read(read: Callable[[str], bytes | None], p: str) -> bytes | None:
-    try:
-        return read(p)
-    except SglpatchError:
-        return None
 
 
 def _verify_and_finish(agent: AgentClient, transport: Transport, host: Any, info: Any, patchset: Any,
@@ -963,21 +957,11 @@ def apply_to_host(transport: Transport, host: Any, info: Any, patchset: Any, *, 
     progress("push", f"{len(files_spec)} file(s) → {name} (stage, verify, rename)")
     pushed = agent.push(deployment, files_spec, plan.contents, holder, force=force, break_lock=lock_takeover,
                         reserve_bytes=reserve_bytes)["deployment"]
-    backups = _backups_for_local(agent, plan, pushed, lambda p: _safe_read_src(pristine, p))
+    backups = _backups_for_local(agent, plan, pushed)
     local = save_local_record(home, name, pushed, backups)
     report = _verify_and_finish(agent, transport, host, info, patchset, pushed, holder, home, name, progress)
     record = json.loads(local.read_text())
     return done("applied", plan, deployment_id=did, record=record, checks=report, local_record=str(local))
-
-
-def _safe_read_src(pristine: Any, p: str) -> bytes | None:
-    r = _reader_of(pristine)
-    if r is None:
-        return None
-    try:
-        return r(p)
-    except (KeyError, OSError, ValueError, SglpatchError):
-        return None
 
 
 # ------------------------------------------------------------------------------------ rollback
