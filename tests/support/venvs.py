@@ -1,0 +1,295 @@
+"""Real SGLang target venvs for tests: built once into a cache, cloned per session, reset per test.
+
+A *pristine* venv (``/usr/bin/python3 -m venv`` + ``pip install --no-deps sglang==<version>``, plus
+optional extra requirements) is built once under :func:`cache_root` (default
+``/var/tmp/sglpatch-tests``, world-readable so a non-root SSH target user can read it; override with
+``$SGLPATCH_TEST_CACHE``) and reused while its key (python, version, requirements) is the same.
+
+Tests get a *working copy* (:func:`clone_venv`) owned by the user the target runs as. Before every
+test :func:`reset_venv` makes its site-packages equal to the pristine one again: every top-level
+entry that is not in the pristine copy is deleted (e.g. ``.sglpatch/``, extra ``.pth`` files); entries
+whose name starts with ``sglang`` are compared deeply (type, size, mtime, mode, owner) and differing
+files are copied back; other pristine entries (torch, ...) are only restored when missing. This costs
+about a tenth of a second for sglang's ~10,500 files.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import os
+import shutil
+import stat
+import subprocess
+import sys
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+SGLANG_VERSION = "0.5.23"
+SYSTEM_PYTHON = "/usr/bin/python3"
+
+
+def cache_root() -> Path:
+    return Path(os.environ.get("SGLPATCH_TEST_CACHE", "/var/tmp/sglpatch-tests"))
+
+
+class TargetVenv(str):
+    """The venv's interpreter path (a ``str``, usable wherever a path is expected) plus facts.
+
+    ``venv``: the venv directory; ``site_packages``: its site-packages; ``python``: same as ``str``;
+    ``pristine``: the cached venv it was cloned from; ``uid``/``gid``: its owner.
+    """
+
+    venv: Path
+    site_packages: Path
+    pristine: Path
+    uid: int
+    gid: int
+
+    def __new__(cls, venv: Path, pristine: Path, uid: int, gid: int):
+        self = super().__new__(cls, str(venv / "bin" / "python"))
+        self.venv = venv
+        self.site_packages = site_packages_of(venv)
+        self.pristine = pristine
+        self.uid, self.gid = uid, gid
+        return self
+
+    @property
+    def python(self) -> str:
+        return str(self)
+
+    @property
+    def package_dir(self) -> Path:
+        return self.site_packages / "sglang"
+
+    def reset(self) -> "ResetStats":
+        return reset_venv(self.pristine, self.venv, self.uid, self.gid)
+
+
+def site_packages_of(venv: Path) -> Path:
+    found = sorted((venv / "lib").glob("python3*/site-packages"))
+    if not found:
+        raise RuntimeError(f"{venv}: no lib/python3*/site-packages")
+    return found[0]
+
+
+@contextmanager
+def _locked(path: Path):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a+") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def _python_for_venvs() -> str:
+    if os.access(SYSTEM_PYTHON, os.X_OK):
+        return SYSTEM_PYTHON
+    if os.geteuid() != 0:
+        return sys.executable    # not root: our own interpreter is executable by "the target user"
+    raise RuntimeError(f"{SYSTEM_PYTHON} is missing; install python3 and python3-venv (apt)")
+
+
+def read_requirements(path: Path) -> list[str]:
+    """Requirement lines of ``path`` (comments and blanks dropped); [] when it does not exist."""
+    if not path.exists():
+        return []
+    out = []
+    for line in path.read_text().splitlines():
+        line = line.split("#", 1)[0].strip()
+        if line:
+            out.append(line)
+    return out
+
+
+def pristine_venv(name: str = "sglang", extra: list[str] | None = None,
+                  version: str = SGLANG_VERSION) -> Path:
+    """The cached pristine venv (built now if missing); see the module doc."""
+    py = _python_for_venvs()
+    extra = list(extra or [])
+    key = hashlib.sha256(repr((py, version, extra, 1)).encode()).hexdigest()[:12]
+    root = cache_root()
+    dest = root / f"{name}-{version}-{key}"
+    done = dest / ".sglpatch-complete"
+    if done.exists():
+        return dest
+    with _locked(root / ".lock"):
+        if done.exists():
+            return dest
+        os.chmod(root, 0o755)
+        if dest.exists():
+            shutil.rmtree(dest)
+        env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+        subprocess.run([py, "-m", "venv", str(dest)], check=True, capture_output=True, env=env)
+        vpy = str(dest / "bin" / "python")
+        _pip(vpy, ["install", "--no-deps", f"sglang=={version}"], env)
+        if extra:
+            _pip(vpy, ["install", *extra], env)
+        for dirpath, dirnames, filenames in os.walk(dest):
+            for n in dirnames:
+                p = os.path.join(dirpath, n)
+                if not os.path.islink(p):
+                    os.chmod(p, os.stat(p).st_mode | 0o755)
+            for n in filenames:
+                p = os.path.join(dirpath, n)
+                if not os.path.islink(p):
+                    os.chmod(p, os.stat(p).st_mode | 0o444)
+        done.write_text(f"{version} {extra}\n")
+    return dest
+
+
+def _pip(vpy: str, args: list[str], env: dict[str, str]) -> None:
+    proc = subprocess.run([vpy, "-m", "pip", "--disable-pip-version-check", "-q", *args],
+                          capture_output=True, text=True, env=env)
+    if proc.returncode != 0:
+        raise RuntimeError(f"pip {' '.join(args)} failed ({proc.returncode}):\n"
+                           f"{(proc.stdout + proc.stderr)[-3000:]}")
+
+
+def _chown_tree(root: Path, uid: int, gid: int) -> None:
+    if os.geteuid() != 0:
+        return
+    os.lchown(root, uid, gid)
+    for dirpath, dirnames, filenames in os.walk(root):
+        for n in dirnames + filenames:
+            os.lchown(os.path.join(dirpath, n), uid, gid)
+
+
+def clone_venv(pristine: Path, dest: Path, uid: int | None = None, gid: int | None = None) -> TargetVenv:
+    """A fresh working copy of ``pristine`` at ``dest`` owned by ``uid:gid`` (default: us)."""
+    uid = os.geteuid() if uid is None else uid
+    gid = os.getegid() if gid is None else gid
+    if dest.exists():
+        _make_writable(dest)
+        shutil.rmtree(dest)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copytree(pristine, dest, symlinks=True)
+    _chown_tree(dest, uid, gid)
+    return TargetVenv(dest, pristine, uid, gid)
+
+
+def _make_writable(root: Path) -> None:
+    for dirpath, dirnames, _ in os.walk(root):
+        for n in dirnames:
+            p = os.path.join(dirpath, n)
+            if not os.path.islink(p):
+                os.chmod(p, os.stat(p).st_mode | 0o700)
+
+
+@dataclass
+class ResetStats:
+    copied: int = 0
+    removed: int = 0
+
+
+def _same(a: os.stat_result, b: os.stat_result, check_owner: tuple[int, int] | None) -> bool:
+    if stat.S_IFMT(a.st_mode) != stat.S_IFMT(b.st_mode):
+        return False
+    if stat.S_ISDIR(a.st_mode):
+        return stat.S_IMODE(a.st_mode) == stat.S_IMODE(b.st_mode)
+    if (a.st_size, a.st_mtime_ns, stat.S_IMODE(a.st_mode)) != (b.st_size, b.st_mtime_ns,
+                                                              stat.S_IMODE(b.st_mode)):
+        return False
+    if check_owner and (b.st_uid, b.st_gid) != check_owner:
+        return False
+    return True
+
+
+def _remove(path: str) -> None:
+    if os.path.isdir(path) and not os.path.islink(path):
+        _make_writable(Path(path))
+        os.chmod(path, os.stat(path).st_mode | 0o700)
+        shutil.rmtree(path)
+    else:
+        try:
+            os.unlink(path)
+        except PermissionError:
+            os.chmod(os.path.dirname(path), os.stat(os.path.dirname(path)).st_mode | 0o700)
+            os.unlink(path)
+
+
+def _copy_entry(src: str, dst: str, uid: int, gid: int, stats: ResetStats) -> None:
+    if os.path.islink(src):
+        os.symlink(os.readlink(src), dst)
+    elif os.path.isdir(src):
+        shutil.copytree(src, dst, symlinks=True)
+        _chown_tree(Path(dst), uid, gid)
+        stats.copied += 1
+        return
+    else:
+        shutil.copy2(src, dst)
+    if os.geteuid() == 0:
+        os.lchown(dst, uid, gid)
+    stats.copied += 1
+
+
+def _sync(src: str, dst: str, uid: int, gid: int, stats: ResetStats) -> None:
+    """Make directory ``dst`` equal to ``src`` (recursively)."""
+    owner = (uid, gid) if os.geteuid() == 0 else None
+    s_entries = {e.name: e for e in os.scandir(src)}
+    try:
+        d_entries = {e.name: e for e in os.scandir(dst)}
+    except FileNotFoundError:
+        d_entries = {}
+    for name, de in d_entries.items():
+        if name not in s_entries:
+            _remove(de.path)
+            stats.removed += 1
+    for name, se in s_entries.items():
+        dpath = os.path.join(dst, name)
+        sst = se.stat(follow_symlinks=False)
+        de = d_entries.get(name)
+        dst_st = de.stat(follow_symlinks=False) if de is not None else None
+        if stat.S_ISDIR(sst.st_mode):
+            if dst_st is None or not stat.S_ISDIR(dst_st.st_mode):
+                if dst_st is not None:
+                    _remove(dpath)
+                _copy_entry(se.path, dpath, uid, gid, stats)
+                continue
+            if stat.S_IMODE(dst_st.st_mode) != stat.S_IMODE(sst.st_mode):
+                os.chmod(dpath, stat.S_IMODE(sst.st_mode))
+            if owner and (dst_st.st_uid, dst_st.st_gid) != owner:
+                os.lchown(dpath, uid, gid)
+            _sync(se.path, dpath, uid, gid, stats)
+        elif dst_st is None or not _same(sst, dst_st, owner):
+            if dst_st is not None:
+                _remove(dpath)
+            _copy_entry(se.path, dpath, uid, gid, stats)
+
+
+def reset_venv(pristine: Path, venv: Path, uid: int | None = None,
+               gid: int | None = None) -> ResetStats:
+    """Make ``venv``'s site-packages equal the pristine's again (see the module doc)."""
+    uid = os.geteuid() if uid is None else uid
+    gid = os.getegid() if gid is None else gid
+    stats = ResetStats()
+    src_sp, dst_sp = site_packages_of(pristine), site_packages_of(venv)
+    os.chmod(dst_sp, os.stat(src_sp).st_mode & 0o7777)
+    src_top = {e.name: e for e in os.scandir(src_sp)}
+    for e in list(os.scandir(dst_sp)):
+        if e.name not in src_top:
+            _remove(e.path)
+            stats.removed += 1
+    for name, se in src_top.items():
+        dpath = os.path.join(dst_sp, name)
+        if name.startswith("sglang"):
+            if se.is_dir(follow_symlinks=False):
+                if os.path.lexists(dpath) and not os.path.isdir(dpath):
+                    _remove(dpath)
+                if not os.path.lexists(dpath):
+                    _copy_entry(se.path, dpath, uid, gid, stats)
+                else:
+                    _sync(se.path, dpath, uid, gid, stats)
+            else:
+                st = os.lstat(dpath) if os.path.lexists(dpath) else None
+                if st is None or not _same(se.stat(follow_symlinks=False), st,
+                                           (uid, gid) if os.geteuid() == 0 else None):
+                    if st is not None:
+                        _remove(dpath)
+                    _copy_entry(se.path, dpath, uid, gid, stats)
+        elif not os.path.lexists(dpath):
+            _copy_entry(se.path, dpath, uid, gid, stats)
+    return stats
