@@ -1,0 +1,97 @@
+"""The batched greedy/sampling walks equal the reference walks; accepted-path indices."""
+
+from __future__ import annotations
+
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from patchsets.ddtree.modules.ddtree_accept import (
+    accepted_flat_indices,
+    greedy_accept,
+    sample_accept,
+)
+from patchsets.ddtree.modules.ddtree_reference import greedy_walk_reference, sample_walk_reference
+from patchsets.ddtree.modules.ddtree_tree import build_ddtree
+
+
+def random_tree(seed, bs, L, V, N, K, rb=None):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(bs, L, V, generator=g) * 3
+    return build_ddtree(x, torch.randint(0, V, (bs,), generator=g), N, K, request_budget=rb,
+                        use_triton=False), g
+
+
+def targets_that_follow(tree, g, p_follow):
+    """Per node: with prob p_follow the token of its first child (or some child), else random."""
+    bs, N1 = tree.tokens.shape
+    V = int(tree.tokens.max()) + 2
+    child = tree.retrieve_next_token.clamp(min=0)
+    follow = torch.gather(tree.tokens, 1, child)
+    # sometimes pick the second child to exercise sibling search
+    sib = torch.gather(tree.retrieve_next_sibling, 1, child)
+    follow2 = torch.where(sib >= 0, torch.gather(tree.tokens, 1, sib.clamp(min=0)), follow)
+    pick2 = torch.rand(bs, N1, generator=g) < 0.3
+    follow = torch.where(pick2, follow2, follow)
+    rnd = torch.randint(0, V, (bs, N1), generator=g)
+    return torch.where(torch.rand(bs, N1, generator=g) < p_follow, follow, rnd)
+
+
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 2**31 - 1), L=st.integers(1, 15), N=st.integers(1, 80),
+       p=st.floats(0.0, 1.0))
+def test_greedy_walk_equals_reference(seed, L, N, p):
+    bs = 3
+    tree, g = random_tree(seed, bs, L, 6, N, max(1, N // 3), rb=torch.tensor([N, N // 2, 1]))
+    tgt = targets_that_follow(tree, g, p)
+    acc = greedy_accept(tree, tgt, use_triton=False)
+    assert acc.accept_index.shape == (bs, L + 1)
+    for b in range(bs):
+        path, bonus = greedy_walk_reference(tree.tokens[b], tree.parents[b], tgt[b], tree.valid[b])
+        n = len(path) - 1
+        assert int(acc.accept_length[b]) == n
+        assert acc.accept_index[b, : n + 1].tolist() == path
+        assert (acc.accept_index[b, n + 1 :] == -1).all()
+        assert int(acc.bonus_token[b]) == bonus
+
+
+def test_accepted_flat_indices_and_contiguity():
+    tree, g = random_tree(5, 2, 4, 5, 10, 3)
+    tgt = targets_that_follow(tree, g, 1.0)
+    acc = greedy_accept(tree, tgt, use_triton=False)
+    idx = accepted_flat_indices(tree, acc)
+    N1 = 11
+    for b in range(2):
+        n = int(acc.accept_length[b])
+        assert idx.flat_index[b, : n + 1].tolist() == [b * N1 + int(i) for i in acc.accept_index[b, : n + 1]]
+        assert idx.dest_flat[b, : n + 1].tolist() == [b * N1 + i for i in range(n + 1)]
+        assert bool(idx.contiguous[b]) == (acc.accept_index[b, : n + 1].tolist() == list(range(n + 1)))
+        assert int(idx.count[b]) == n + 1
+    # a root-only acceptance is always contiguous
+    none = greedy_accept(tree, torch.full_like(tgt, 10**6), use_triton=False)
+    assert accepted_flat_indices(tree, none).contiguous.all()
+
+
+def test_sampling_walk_matches_reference_in_law():
+    """Same tree and target probs: the batched sampler and the node-by-node reference walk give
+    the same distribution of accept lengths (they use different random streams)."""
+    tree, g = random_tree(9, 1, 3, 4, 8, 4)
+    N1 = 9
+    V = 4
+    probs = torch.softmax(torch.randn(1, N1, V, generator=g) * 2, -1)
+    R = 4000
+    big = tree.__class__(**{**tree.__dict__})
+    for f in ("tokens", "parents", "depths", "valid", "scores", "retrieve_index",
+              "retrieve_next_token", "retrieve_next_sibling", "tree_mask", "num_nodes"):
+        t = getattr(tree, f)
+        setattr(big, f, t.expand(R, *t.shape[1:]).contiguous())
+    acc = sample_accept(big, probs.expand(R, N1, V), generator=torch.Generator().manual_seed(1),
+                        use_triton=False)
+    got = torch.bincount(acc.accept_length, minlength=4).double() / R
+    gr = torch.Generator().manual_seed(2)
+    ref = torch.zeros(4, dtype=torch.float64)
+    for _ in range(R):
+        path, _ = sample_walk_reference(tree.tokens[0], tree.parents[0], probs[0], gr, tree.valid[0])
+        ref[len(path) - 1] += 1
+    ref /= R
+    assert (got - ref).abs().max() < 0.04, (got, ref)
