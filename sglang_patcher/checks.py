@@ -159,9 +159,13 @@ def parse_l1_output(stdout: bytes, stderr: bytes, exit_code: int) -> list[CheckR
 def l1_script_path(patchset: Any) -> Path | None:
     """The patchset's L1 script file, or None when it has none.
 
-    Reads ``patchset.checks`` (a mapping with ``l1``, or an object with an ``l1`` attribute) relative
-    to ``patchset.root`` (its directory).
+    Uses ``patchset.l1_check`` (an absolute path or None) when the patchset has it; else reads
+    ``patchset.checks`` (a mapping with ``l1``, or an object with an ``l1`` attribute) relative to
+    ``patchset.root`` (its directory).
     """
+    if hasattr(patchset, "l1_check"):
+        p = patchset.l1_check
+        return None if p is None else Path(p)
     checks = getattr(patchset, "checks", None)
     rel = None
     if isinstance(checks, dict):

@@ -288,7 +288,10 @@ def _hashes(obj: Any, name: str) -> dict[str, str | None]:
 
 def _history_for(patchset: Any, version: str) -> dict[int, dict[str, str | None]]:
     """``{revision: {path: sha256 | None}}`` of earlier revisions of ``patchset`` for ``version``."""
-    hist = getattr(patchset, "history", None) or {}
+    hist = getattr(patchset, "history", None)
+    if hist is None or callable(hist):
+        hist = getattr(getattr(patchset, "spec", None), "history", None)
+    hist = hist or {}
     out: dict[int, dict[str, str | None]] = {}
     for rev, per_version in dict(hist).items():
         try:
@@ -300,6 +303,30 @@ def _history_for(patchset: Any, version: str) -> dict[int, dict[str, str | None]
         elif hasattr(per_version, "get") and per_version.get(version) is not None:
             out[r] = dict(per_version.get(version))
     return out
+
+
+def _patchset_view(patchset: Any, version: str, info: Any) -> tuple[set[str], dict[str, str | None],
+                                                                    dict[str, str | None],
+                                                                    dict[int, dict[str, str | None]]]:
+    """``(paths, pristine, expected, history)`` of ``patchset`` for ``version``.
+
+    ``paths`` = every file this revision or an earlier one touches; ``pristine[path]`` is the release's
+    sha256 (None: absent in the release) — for a path only an earlier revision touched it is the
+    installed distribution's RECORD hash (the trust anchor), else None (a file that revision created).
+    """
+    target = _target_of(patchset, version)
+    pristine_h = _hashes(target, "pristine")
+    expected_h = _hashes(target, "expected")
+    for dst in dict(getattr(target, "new_files", None) or {}):
+        pristine_h.setdefault(dst, None)
+    history = {r: h for r, h in _history_for(patchset, version).items() if r != int(patchset.revision)}
+    record_h = _record_hashes(info)
+    paths = set(pristine_h) | set(expected_h)
+    for h in history.values():
+        paths |= set(h)
+    for p in paths - set(pristine_h):
+        pristine_h[p] = record_h.get(p)
+    return paths, pristine_h, expected_h, history
 
 
 def _render(patchset: Any, version: str, read: Callable[[str], bytes | None]) -> ApplyResult:
@@ -736,13 +763,7 @@ def plan_apply(transport: Transport, host: Any, info: Any, patchset: Any, *, pri
     home = home or sglpatch_home()
     name = _host_name(host, transport)
     version = str(info.sglang_version)
-    target = _target_of(patchset, version)
-    pristine_h = _hashes(target, "pristine")
-    expected_h = _hashes(target, "expected")
-    history = {r: h for r, h in _history_for(patchset, version).items() if r != int(patchset.revision)}
-    paths = set(pristine_h) | set(expected_h)
-    for h in history.values():
-        paths |= set(h)
+    paths, pristine_h, expected_h, history = _patchset_view(patchset, version, info)
     agent = agent or _agent_for(transport, host, info)
     if inspect is None:
         inspect = agent.inspect(sorted(paths))
@@ -883,11 +904,7 @@ def apply_to_host(transport: Transport, host: Any, info: Any, patchset: Any, *, 
     name = _host_name(host, transport)
     agent = _agent_for(transport, host, info)
     version = str(info.sglang_version)
-    target = _target_of(patchset, version)
-    history = {r: h for r, h in _history_for(patchset, version).items() if r != int(patchset.revision)}
-    paths = set(_hashes(target, "pristine")) | set(_hashes(target, "expected"))
-    for h in history.values():
-        paths |= set(h)
+    paths, _pristine_h, _expected_h, history = _patchset_view(patchset, version, info)
     progress("inspect", f"hashing {len(paths)} file(s) on {name}")
     ins = agent.inspect(sorted(paths))
     recovered: list[str] = []
@@ -1047,13 +1064,9 @@ def host_status(transport: Transport, host: Any, info: Any, patchset: Any = None
     ps_name = ps_rev = None
     if patchset is not None:
         ps_name, ps_rev = str(patchset.name), int(patchset.revision)
-        target = _target_of(patchset, str(version))
-        pristine_h = _hashes(target, "pristine")
-        expected_h = _hashes(target, "expected")
-        paths = set(pristine_h) | set(expected_h)
-        hist = _history_for(patchset, str(version))
-        for p in paths:
-            known.setdefault(p, []).append(("patched", expected_h.get(p), ps_rev))
+        paths, pristine_h, expected_h, hist = _patchset_view(patchset, str(version), info)
+        for p in expected_h:
+            known.setdefault(p, []).append(("patched", expected_h[p], ps_rev))
         for rev, hh in sorted(hist.items(), reverse=True):
             for p, h in hh.items():
                 paths.add(p)

@@ -1,0 +1,268 @@
+"""The deploy transaction end to end over the local transport, on a small release tree.
+
+Real parts: a patchset directory on disk loaded by ``load_patchset``, the strict applier, the host
+agent run by this machine's interpreter, L0/L1 run for real. Every outcome is checked by sha256.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import yaml
+
+from sglang_patcher.deploy import apply_to_host, host_status, make_holder, plan_apply, rollback_host
+from sglang_patcher.errors import CheckFailedError, DriftError, LockHeldError
+from sglang_patcher.patchset import load_patchset
+from sglang_patcher.transport.local import LocalTransport
+
+VERSION = "9.9.9"
+SPEC = "sglang/srt/spec.py"
+ARGS = "sglang/srt/args.py"
+NEWMOD = "sglang/srt/speculative/ddx_info.py"
+RELEASE = {
+    SPEC: b"class Algo:\n    NONE = 0\n    EAGLE = 1\n\n\ndef names():\n    return ['NONE', 'EAGLE']\n",
+    ARGS: b"DEFAULTS = {\n    'topk': 1,\n}\n",
+    "sglang/srt/speculative/__init__.py": b"",
+}
+PATCH_R1 = """--- a/sglang/srt/spec.py
++++ b/sglang/srt/spec.py
+@@ -1,7 +1,8 @@
+ class Algo:
+     NONE = 0
+     EAGLE = 1
++    DDX = 2
+ 
+ 
+ def names():
+-    return ['NONE', 'EAGLE']
++    return ['NONE', 'EAGLE', 'DDX']
+"""
+PATCH_R2_ARGS = """--- a/sglang/srt/args.py
++++ b/sglang/srt/args.py
+@@ -1,3 +1,4 @@
+ DEFAULTS = {
+     'topk': 1,
++    'ddx_budget': 8,
+ }
+"""
+L1_OK = """
+import json, sys
+sys.path.insert(0, sys.argv[1]) if len(sys.argv) > 1 else None
+print(json.dumps({"checks": [{"name": "marker", "status": "passed", "detail": ""},
+                             {"name": "gpu", "status": "skipped", "detail": "no GPU here"}]}))
+"""
+L1_FAIL = """
+import json
+print(json.dumps({"checks": [{"name": "from_string('DDX')", "status": "failed",
+                              "detail": "ValueError: unknown algorithm DDX"}]}))
+"""
+
+
+def sha(b):
+    return None if b is None else hashlib.sha256(b).hexdigest()
+
+
+def make_patchset(root: Path, *, revision=1, l1=L1_OK, with_args=False, history=None) -> Path:
+    """Write a patchset dir whose hashes are computed by rendering it (as `refresh` would)."""
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "series").mkdir(exist_ok=True)
+    (root / "modules").mkdir(exist_ok=True)
+    (root / "checks").mkdir(exist_ok=True)
+    (root / "series/0001-spec.patch").write_text(PATCH_R1)
+    series = ["series/0001-spec.patch"]
+    if with_args:
+        (root / "series/0002-args.patch").write_text(PATCH_R2_ARGS)
+        series.append("series/0002-args.patch")
+    (root / "modules/ddx_info.py").write_text(f"REVISION = {revision}\n")
+    (root / "checks/l1.py").write_text(l1)
+    spec = {"name": "ddx", "revision": revision, "description": "test patchset",
+            "targets": {VERSION: {"series": series, "new_files": {NEWMOD: "modules/ddx_info.py"},
+                                  "pristine": {}, "expected": {}}},
+            "checks": {"l1": "checks/l1.py"}, "history": history or {}}
+    (root / "patchset.yaml").write_text(yaml.safe_dump(spec))
+    ps = load_patchset(root)
+    res = ps.render(VERSION, lambda p: RELEASE.get(p), check_hashes=False)
+    t = spec["targets"][VERSION]
+    for p, ch in res.files.items():
+        t["pristine"][p] = sha(RELEASE.get(p))
+        t["expected"][p] = sha(ch.new)
+    (root / "patchset.yaml").write_text(yaml.safe_dump(spec))
+    return root
+
+
+@pytest.fixture
+def env(tmp_path):
+    sp = tmp_path / "host" / "site-packages"
+    for rel, data in RELEASE.items():
+        (sp / rel).parent.mkdir(parents=True, exist_ok=True)
+        (sp / rel).write_bytes(data)
+    mirror = tmp_path / "mirror"
+    for rel, data in RELEASE.items():
+        (mirror / rel).parent.mkdir(parents=True, exist_ok=True)
+        (mirror / rel).write_bytes(data)
+
+    def read_mirror(p):
+        f = mirror / p
+        return f.read_bytes() if f.exists() else None
+
+    host = SimpleNamespace(name="unit-host", python=sys.executable, sudo=False, state_dir=None)
+    info = SimpleNamespace(interpreter=sys.executable, sglang_version=VERSION, site_packages=str(sp),
+                           record={p: sha(d) for p, d in RELEASE.items()})
+    ps = load_patchset(make_patchset(tmp_path / "ps1"))
+    return SimpleNamespace(sp=sp, mirror=mirror, read=read_mirror, host=host, info=info, ps=ps,
+                           home=tmp_path / "home", tmp=tmp_path, t=LocalTransport("unit-host"))
+
+
+def live(env, rel):
+    f = env.sp / rel
+    return sha(f.read_bytes()) if f.exists() else None
+
+
+def assert_release(env):
+    for rel, data in RELEASE.items():
+        assert live(env, rel) == sha(data), rel
+    assert not (env.sp / NEWMOD).exists()
+
+
+def apply(env, ps=None, **kw):
+    return apply_to_host(env.t, env.host, env.info, ps or env.ps, pristine=kw.pop("pristine", env.read),
+                         home=env.home, **kw)
+
+
+def test_apply_status_noop_rollback_status(env):
+    res = apply(env)
+    assert res.status == "applied" and res.round_trips == 5
+    assert res.checks.gate_passed and res.checks.level_status("L1") == "partial"
+    assert live(env, NEWMOD) == sha(b"REVISION = 1\n")
+    st = host_status(env.t, env.host, env.info, env.ps)
+    assert st.overall == "patched"
+    assert {f.path: (f.state, f.patchset, f.revision) for f in st.files} == {
+        SPEC: ("patched", "ddx", 1), NEWMOD: ("patched", "ddx", 1)}
+    assert [d["phase"] for d in st.deployments] == ["verified"]
+    assert st.deployments[0]["checks"]["L0"] == "passed"
+    local = json.loads(Path(res.local_record).read_text())
+    assert local["phase"] == "verified"
+    assert (env.home / "backups/unit-host" / res.deployment_id / SPEC).read_bytes() == RELEASE[SPEC]
+
+    again = apply(env)
+    assert again.status == "already_applied" and again.round_trips == 1
+    assert again.plan.kind == "noop"
+
+    rb = rollback_host(env.t, env.host, env.info, home=env.home)
+    assert rb.rolled_back == [res.deployment_id]
+    assert_release(env)
+    st = host_status(env.t, env.host, env.info)  # no patchset: judged by RECORD and the records
+    assert st.overall == "pristine"
+    assert all(f.live == f.record for f in st.files if f.state == "pristine")
+    assert json.loads(Path(res.local_record).read_text())["phase"] == "rolled_back"
+
+
+def test_dry_run_writes_nothing(env):
+    res = apply(env, dry_run=True)
+    assert res.status == "dry_run" and "+    DDX = 2" in res.plan.diff
+    assert set(res.plan.to_push) == {SPEC, NEWMOD}
+    assert_release(env)
+    assert not (env.sp / ".sglpatch").exists()
+
+
+def test_drift_is_refused_with_the_files_named_then_forced(env):
+    (env.sp / SPEC).write_bytes(RELEASE[SPEC] + b"# hand edit\n")
+    with pytest.raises(DriftError) as ei:
+        apply(env)
+    assert SPEC in str(ei.value) and "--force" in str(ei.value)
+    assert not (env.sp / NEWMOD).exists()
+    res = apply(env, force=True)
+    assert res.status == "applied" and res.record["forced"]
+    # the drifted original is kept (fetched from the host's backup for the local copy)
+    assert (env.home / "backups/unit-host" / res.deployment_id / SPEC).read_bytes().endswith(b"# hand edit\n")
+    rollback_host(env.t, env.host, env.info, home=env.home)
+    assert (env.sp / SPEC).read_bytes() == RELEASE[SPEC] + b"# hand edit\n"
+
+
+def test_failed_smoke_check_rolls_back_by_itself(env):
+    bad = load_patchset(make_patchset(env.tmp / "psbad", l1=L1_FAIL))
+    with pytest.raises(CheckFailedError) as ei:
+        apply(env, ps=bad)
+    msg = str(ei.value)
+    assert "rolled back" in msg and "unknown algorithm DDX" in msg
+    assert_release(env)
+    st = host_status(env.t, env.host, env.info, bad)
+    assert st.overall == "pristine" and st.deployments[-1]["phase"] == "rolled_back"
+    assert st.lock is None and st.journal is None
+
+
+def test_upgrade_from_an_earlier_revision(env):
+    r1 = apply(env)
+    h1 = {p: f["after"] for p, f in r1.record["files"].items()}
+    ps2 = load_patchset(make_patchset(env.tmp / "ps2", revision=2, with_args=True,
+                                      history={1: {VERSION: h1}}))
+    # the mirror was re-snapshotted after r1 went on: it holds patched files now
+    for rel in (SPEC,):
+        (env.mirror / rel).write_bytes((env.sp / rel).read_bytes())
+    plan = plan_apply(env.t, env.host, env.info, ps2, pristine=env.read, home=env.home)
+    assert plan.kind == "upgrade"
+    assert plan.files[NEWMOD].state == "older" and plan.files[NEWMOD].found_revision == 1
+    assert plan.files[SPEC].state == "patched"  # same bytes in r1 and r2: left alone
+    assert plan.files[ARGS].state == "pristine"
+    assert plan.pristine_sources[SPEC] == "local backups"
+    res = apply(env, ps=ps2)
+    assert res.status == "applied"
+    assert host_status(env.t, env.host, env.info, ps2).overall == "patched"
+    assert live(env, NEWMOD) == sha(b"REVISION = 2\n")
+    # roll back to before r1: both deployments, newest first
+    rb = rollback_host(env.t, env.host, env.info, r1.deployment_id, home=env.home)
+    assert rb.rolled_back == [res.deployment_id, r1.deployment_id]
+    assert_release(env)
+
+
+def test_pristine_from_host_backups_when_mirror_and_local_copies_are_patched(env):
+    r1 = apply(env)
+    (env.mirror / SPEC).write_bytes((env.sp / SPEC).read_bytes())
+    import shutil
+    shutil.rmtree(env.home / "backups")
+    plan = plan_apply(env.t, env.host, env.info, env.ps, pristine=env.read, home=env.home)
+    assert plan.kind == "noop" and plan.pristine_sources[SPEC] == "host backups"
+
+
+@pytest.mark.parametrize("point,expect", [("commit:1", "resumed"), ("pushed:0", "resumed"),
+                                          ("stage:1", "applied")])
+def test_interrupted_apply_is_finished_or_undone_by_the_next_run(env, monkeypatch, point, expect):
+    monkeypatch.setenv("SGLPATCH_AGENT_CRASH", point)
+    with pytest.raises(Exception):
+        apply(env)
+    monkeypatch.delenv("SGLPATCH_AGENT_CRASH")
+    st = host_status(env.t, env.host, env.info, env.ps)
+    assert st.overall == "pending" and st.journal is not None and st.lock is not None
+    # the lock's holder is this test process, which is alive: the next run must not take it over...
+    with pytest.raises(LockHeldError):
+        apply(env)
+    # ...until that process is gone (simulated by the lock naming a pid that does not run)
+    lock = env.sp / ".sglpatch/lock"
+    holder = json.loads(lock.read_text())
+    holder["pid"] = 2 ** 22 + 12345
+    lock.write_text(json.dumps(holder))
+    res = apply(env)
+    assert res.status == expect
+    assert res.recovered and ("resumed" in res.recovered[0] or "rolled back" in res.recovered[0])
+    st = host_status(env.t, env.host, env.info, env.ps)
+    assert st.overall == "patched" and st.lock is None and st.journal is None
+
+
+def test_lock_held_by_another_deploy_names_it_and_break_lock(env):
+    other = make_holder("someone-elses-deploy")
+    other.update(user="alice", host="laptop-7", pid=4242)
+    (env.sp / ".sglpatch").mkdir()
+    (env.sp / ".sglpatch/lock").write_text(json.dumps(other))
+    with pytest.raises(LockHeldError) as ei:
+        apply(env)
+    assert "alice@laptop-7 pid 4242" in str(ei.value) and "--break-lock" in str(ei.value)
+    assert_release(env)
+    res = apply(env, break_lock=True)
+    assert res.status == "applied"
+    assert host_status(env.t, env.host, env.info, env.ps).lock is None
