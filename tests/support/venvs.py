@@ -158,17 +158,75 @@ def _chown_tree(root: Path, uid: int, gid: int) -> None:
             os.lchown(os.path.join(dirpath, n), uid, gid)
 
 
-def clone_venv(pristine: Path, dest: Path, uid: int | None = None, gid: int | None = None) -> TargetVenv:
-    """A fresh working copy of ``pristine`` at ``dest`` owned by ``uid:gid`` (default: us)."""
+def clone_venv(pristine: Path, dest: Path, uid: int | None = None, gid: int | None = None, *,
+               share_deps: bool = False) -> TargetVenv:
+    """A fresh working copy of ``pristine`` at ``dest`` owned by ``uid:gid`` (default: us).
+
+    ``share_deps``: site-packages entries other than ``sglang*`` (torch, ...) are hard links to the
+    pristine files (same filesystem; copies otherwise) and keep the pristine owner, so a 1.3 GB L1
+    venv clones in a second. Tests must not write into those (sglpatch only touches sglang).
+    """
     uid = os.geteuid() if uid is None else uid
     gid = os.getegid() if gid is None else gid
     if dest.exists():
         _make_writable(dest)
         shutil.rmtree(dest)
     dest.parent.mkdir(parents=True, exist_ok=True)
-    shutil.copytree(pristine, dest, symlinks=True)
+    src_sp = site_packages_of(pristine)
+
+    def skip_site_packages(d: str, names: list[str]) -> list[str]:
+        return names if Path(d) == src_sp else []
+
+    shutil.copytree(pristine, dest, symlinks=True, ignore=skip_site_packages)
     _chown_tree(dest, uid, gid)
+    dst_sp = dest / src_sp.relative_to(pristine)
+    for e in os.scandir(src_sp):
+        target = dst_sp / e.name
+        if share_deps and not e.name.startswith("sglang"):
+            if e.is_dir(follow_symlinks=False):
+                shutil.copytree(e.path, target, symlinks=True, copy_function=_link_or_copy)
+            elif e.is_symlink():
+                os.symlink(os.readlink(e.path), target)
+            else:
+                _link_or_copy(e.path, str(target))
+        else:
+            _copy_entry(e.path, str(target), uid, gid, ResetStats())
     return TargetVenv(dest, pristine, uid, gid)
+
+
+def _link_or_copy(src: str, dst: str) -> str:
+    try:
+        os.link(src, dst)
+    except OSError:
+        shutil.copy2(src, dst)
+    return dst
+
+
+def remove_venv(venv: Path) -> None:
+    """Delete a working copy (made writable first)."""
+    if venv.exists():
+        _make_writable(venv)
+        shutil.rmtree(venv, ignore_errors=True)
+
+
+def remove_stale_clones(parent: Path, prefix: str) -> None:
+    """Delete ``parent/<prefix>-<pid>`` working copies whose pytest process is gone."""
+    if not parent.is_dir():
+        return
+    for d in parent.glob(f"{prefix}-*"):
+        pid = d.name.rsplit("-", 1)[-1]
+        if pid.isdigit() and not _alive(int(pid)):
+            remove_venv(d)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def _make_writable(root: Path) -> None:

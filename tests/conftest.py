@@ -1,0 +1,152 @@
+"""Shared fixtures: a real sshd on loopback, real SGLang 0.5.23 venvs, an isolated SGLPATCH_HOME.
+
+Nothing here is a mock. Expensive parts are session-scoped and cached across runs:
+
+- ``sshd``: OpenSSH ``/usr/sbin/sshd`` on 127.0.0.1 (ephemeral port, generated host and client keys,
+  its own known_hosts). As root the login user is the dedicated non-root ``sglpatch-test`` (created
+  with useradd); otherwise the current user. Skipped when sshd is absent, unless ``$CI`` is set
+  (then it fails: CI must install openssh-server).
+- ``sglang_target``: a venv owned by the SSH user with ``pip install --no-deps sglang==0.5.23``
+  (Debian's /usr/bin/python3, cached under /var/tmp/sglpatch-tests/), reset to pristine before each
+  test. A :class:`tests.support.venvs.TargetVenv`: a ``str`` (the interpreter path) with ``.venv``,
+  ``.site_packages``, ``.package_dir``.
+- ``sglang_target_l1``: the same plus ``tests/requirements-l1.txt`` (CPU torch via PIP_FIND_LINKS);
+  skipped while that file does not exist (fails under CI).
+- ``local_target``: the same venv for the local transport, owned by the current user.
+- ``ssh_host`` / ``local_host``: inventory Hosts for those targets.
+- ``sglpatch_home``: ``$SGLPATCH_HOME`` pointed at a fresh tmp dir.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from tests.support import venvs
+from tests.support.sshd import SshServer, sshd_available, start_sshd
+
+REPO = Path(__file__).resolve().parent.parent
+L1_REQUIREMENTS = REPO / "tests" / "requirements-l1.txt"
+
+
+def _in_ci() -> bool:
+    return bool(os.environ.get("CI"))
+
+
+def _skip_or_fail(reason: str) -> None:
+    if _in_ci():
+        pytest.fail(f"{reason} (CI is set, so this is an error, not a skip)")
+    pytest.skip(reason)
+
+
+def _pristine(name: str, extra: list[str] | None = None) -> Path:
+    try:
+        return venvs.pristine_venv(name, extra)
+    except RuntimeError as exc:   # no network and no pip cache, or no python3-venv
+        _skip_or_fail(f"cannot build the {name} target venv: {exc}")
+        raise
+
+
+@pytest.fixture(scope="session")
+def sshd() -> SshServer:
+    """A running sshd (see the module doc); stopped at the end of the session."""
+    if not sshd_available():
+        _skip_or_fail("OpenSSH sshd (/usr/sbin/sshd) or ssh-keygen is not installed "
+                      "(apt-get install openssh-server)")
+    workdir = Path(tempfile.mkdtemp(prefix="sglpatch-sshd-"))
+    server = start_sshd(workdir)
+    yield server
+    server.stop()
+    shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _clone_dir(parent: Path, prefix: str) -> Path:
+    venvs.remove_stale_clones(parent, prefix)
+    return parent / f"{prefix}-{os.getpid()}"
+
+
+@pytest.fixture(scope="session")
+def _sglang_ssh_venv(sshd: SshServer, tmp_path_factory) -> venvs.TargetVenv:
+    pristine = _pristine("sglang")
+    parent = sshd.home / "venvs" if os.geteuid() == 0 else tmp_path_factory.mktemp("ssh-target")
+    if os.geteuid() == 0:
+        parent.mkdir(parents=True, exist_ok=True)
+        os.chown(parent, sshd.uid, sshd.gid)
+    dest = _clone_dir(parent, f"sglang-{venvs.SGLANG_VERSION}")
+    target = venvs.clone_venv(pristine, dest, sshd.uid, sshd.gid)
+    yield target
+    venvs.remove_venv(dest)
+
+
+@pytest.fixture
+def sglang_target(_sglang_ssh_venv: venvs.TargetVenv) -> venvs.TargetVenv:
+    """The SSH user's sglang 0.5.23 venv, pristine at the start of the test."""
+    _sglang_ssh_venv.reset()
+    return _sglang_ssh_venv
+
+
+@pytest.fixture(scope="session")
+def _sglang_ssh_venv_l1(sshd: SshServer, tmp_path_factory) -> venvs.TargetVenv:
+    reqs = venvs.read_requirements(L1_REQUIREMENTS)
+    if not reqs:
+        _skip_or_fail(f"{L1_REQUIREMENTS} is missing or empty: no L1 target venv")
+    if "PIP_FIND_LINKS" not in os.environ and Path("/opt/wheels").is_dir():
+        os.environ["PIP_FIND_LINKS"] = "/opt/wheels"   # where the CPU torch wheel lies
+    pristine = _pristine("sglang-l1", reqs)
+    parent = sshd.home / "venvs" if os.geteuid() == 0 else tmp_path_factory.mktemp("ssh-target-l1")
+    if os.geteuid() == 0:
+        parent.mkdir(parents=True, exist_ok=True)
+        os.chown(parent, sshd.uid, sshd.gid)
+    dest = _clone_dir(parent, f"sglang-l1-{venvs.SGLANG_VERSION}")
+    target = venvs.clone_venv(pristine, dest, sshd.uid, sshd.gid, share_deps=True)
+    yield target
+    venvs.remove_venv(dest)
+
+
+@pytest.fixture
+def sglang_target_l1(_sglang_ssh_venv_l1: venvs.TargetVenv) -> venvs.TargetVenv:
+    """Like ``sglang_target`` plus tests/requirements-l1.txt (CPU torch, light deps)."""
+    _sglang_ssh_venv_l1.reset()
+    return _sglang_ssh_venv_l1
+
+
+@pytest.fixture(scope="session")
+def _sglang_local_venv(tmp_path_factory) -> venvs.TargetVenv:
+    pristine = _pristine("sglang")
+    dest = tmp_path_factory.mktemp("local-target") / f"sglang-{venvs.SGLANG_VERSION}"
+    target = venvs.clone_venv(pristine, dest)
+    yield target
+    venvs.remove_venv(dest)
+
+
+@pytest.fixture
+def local_target(_sglang_local_venv: venvs.TargetVenv) -> venvs.TargetVenv:
+    """A sglang 0.5.23 venv owned by the current user (local transport), pristine per test."""
+    _sglang_local_venv.reset()
+    return _sglang_local_venv
+
+
+@pytest.fixture
+def ssh_host(sshd: SshServer, sglang_target):
+    """Inventory Host ``sshd-test`` reaching ``sglang_target`` through ``sshd``."""
+    return sshd.host_entry(sglang_target)
+
+
+@pytest.fixture
+def local_host(local_target):
+    """Inventory Host ``local-test`` (transport local) for ``local_target``."""
+    from sglang_patcher.inventory import Host
+    return Host(name="local-test", transport="local", python=str(local_target))
+
+
+@pytest.fixture
+def sglpatch_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """``$SGLPATCH_HOME`` set to a fresh directory for this test; returned."""
+    home = tmp_path / "sglpatch-home"
+    home.mkdir()
+    monkeypatch.setenv("SGLPATCH_HOME", str(home))
+    return home

@@ -1,0 +1,183 @@
+"""hosts.yaml: valid files load; every bad file gives ONE InventoryError naming file, line and fix."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from sglang_patcher.errors import InventoryError
+from sglang_patcher.inventory import Host, Inventory, load_inventory, parse_inventory
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    p = tmp_path / "hosts.yaml"
+    p.write_text(textwrap.dedent(text))
+    return p
+
+
+def test_repo_hosts_yaml_loads(monkeypatch, tmp_path):
+    monkeypatch.setenv("SGLPATCH_HOME", str(tmp_path))
+    inv = load_inventory(REPO / "hosts.yaml")
+    ct = inv.get("ct200")
+    assert ct.transport == "ssh" and ct.python == "/opt/venvs/sglang/bin/python"
+    assert "gpu" in ct.tags
+    sb = inv.get("sandbox")
+    assert sb.transport == "local"
+    assert sb.python == f"{tmp_path}/sandbox/venv/bin/python"
+
+
+def test_full_ssh_host_and_env_expansion(tmp_path, monkeypatch):
+    monkeypatch.setenv("VENVS", "/srv/venvs")
+    monkeypatch.setenv("HOME", str(tmp_path))
+    p = write(tmp_path, """
+        hosts:
+          gpu1:
+            hostname: 10.0.0.5
+            port: 2222
+            user: ml
+            identity_file: ~/.ssh/id_gpu
+            known_hosts: ${HOME}/kh
+            python: ${VENVS}/sglang/bin/python
+            sudo: true
+            tags: [gpu, a]
+            state_dir: /var/lib/sglpatch
+          alias1:
+            ssh_alias: jumpy
+            python: /usr/bin/python3
+    """)
+    inv = load_inventory(p)
+    h = inv.get("gpu1")
+    assert h == Host(name="gpu1", hostname="10.0.0.5", port=2222, user="ml",
+                     identity_file=f"{tmp_path}/.ssh/id_gpu", known_hosts=f"{tmp_path}/kh",
+                     python="/srv/venvs/sglang/bin/python", sudo=True, tags=["gpu", "a"],
+                     state_dir="/var/lib/sglpatch")
+    assert h.address == "ml@10.0.0.5:2222"
+    assert inv.get("alias1").transport == "ssh"
+    assert inv.names() == ["alias1", "gpu1"]
+    assert [x.name for x in inv.with_tag("gpu")] == ["gpu1"]
+
+
+def test_default_path_from_env(tmp_path, monkeypatch):
+    p = write(tmp_path, "hosts:\n  l:\n    transport: local\n    python: /usr/bin/python3\n")
+    monkeypatch.setenv("SGLPATCH_HOSTS", str(p))
+    assert load_inventory().get("l").python == "/usr/bin/python3"
+    monkeypatch.delenv("SGLPATCH_HOSTS")
+    monkeypatch.chdir(tmp_path)
+    assert load_inventory().path == "hosts.yaml"
+
+
+def test_unknown_host_lists_known(tmp_path):
+    inv = load_inventory(write(tmp_path, """
+        hosts:
+          b: {transport: local, python: /x/python}
+          a: {transport: local, python: /y/python}
+    """))
+    with pytest.raises(InventoryError) as ei:
+        inv.get("nope")
+    msg = str(ei.value)
+    assert "'nope'" in msg and "known hosts: a, b" in msg and str(tmp_path) in msg
+
+
+def test_bad_yaml_names_file_and_line(tmp_path):
+    p = write(tmp_path, """
+        hosts:
+          a:
+            python: /usr/bin/python3
+           bad: [unclosed
+    """)
+    with pytest.raises(InventoryError) as ei:
+        load_inventory(p)
+    msg = str(ei.value)
+    assert str(p) in msg and "not valid YAML" in msg
+    assert "line 5" in msg or "line 6" in msg
+    assert ei.value.exit_code == 2
+
+
+def test_missing_python_names_line_and_fix(tmp_path):
+    p = write(tmp_path, """
+        hosts:
+          ok: {transport: local, python: /usr/bin/python3}
+          gpu:
+            hostname: h.example
+            user: u
+    """)
+    with pytest.raises(InventoryError) as ei:
+        load_inventory(p)
+    e = ei.value
+    assert str(p) in e.message and "line 4" in e.message and "hosts.gpu.python" in e.message
+    assert "`python` is required" in e.message
+    assert "absolute path" in e.hint and "python" in e.hint
+
+
+def test_relative_python_names_its_line(tmp_path):
+    p = write(tmp_path, """
+        hosts:
+          gpu:
+            hostname: h.example
+
+            python: venv/bin/python
+    """)
+    with pytest.raises(InventoryError) as ei:
+        load_inventory(p)
+    msg = str(ei.value)
+    assert "line 6" in msg and "must be an absolute path" in msg and "'venv/bin/python'" in msg
+
+
+def test_unknown_field_and_several_problems_in_one_error(tmp_path):
+    p = write(tmp_path, """
+        hosts:
+          a:
+            hostname: h
+            pyhton: /usr/bin/python3
+          b:
+            transport: telnet
+            python: /usr/bin/python3
+    """)
+    with pytest.raises(InventoryError) as ei:
+        load_inventory(p)
+    msg = str(ei.value)
+    assert "problems" in msg
+    assert "line 5: hosts.a.pyhton: unknown field `pyhton`" in msg
+    assert "line 4: hosts.a.python: `python` is required" in msg or "hosts.a.python" in msg
+    assert "line 7: hosts.b.transport" in msg
+
+
+def test_ssh_host_needs_a_target_and_local_takes_no_ssh_settings(tmp_path):
+    with pytest.raises(InventoryError, match=r"line 3: hosts.a: .*ssh_alias"):
+        parse_inventory("hosts:\n\n  a:\n    python: /p\n", origin="x.yaml")
+    with pytest.raises(InventoryError, match=r"local host takes no SSH settings \(remove hostname, port\)"):
+        parse_inventory("hosts:\n  a: {transport: local, hostname: h, port: 22, python: /p}\n")
+
+
+def test_port_range_and_name_charset(tmp_path):
+    with pytest.raises(InventoryError, match=r"hosts.a.port"):
+        parse_inventory("hosts:\n  a: {hostname: h, port: 70000, python: /p}\n")
+    with pytest.raises(InventoryError, match=r"host names may hold"):
+        parse_inventory("hosts:\n  'a/b': {hostname: h, python: /p}\n")
+
+
+def test_unset_variable_is_named(monkeypatch):
+    monkeypatch.delenv("NOPE_NOT_SET", raising=False)
+    with pytest.raises(InventoryError) as ei:
+        parse_inventory("hosts:\n  a:\n    transport: local\n    python: ${NOPE_NOT_SET}/bin/python\n",
+                        origin="inv.yaml")
+    assert "line 4" in ei.value.message and "${NOPE_NOT_SET} is not set" in ei.value.message
+
+
+def test_missing_file_and_wrong_shape(tmp_path):
+    with pytest.raises(InventoryError, match="cannot read the inventory"):
+        load_inventory(tmp_path / "absent.yaml")
+    with pytest.raises(InventoryError, match=r"expected a mapping"):
+        parse_inventory("- a\n- b\n")
+    with pytest.raises(InventoryError, match=r"expected a mapping"):
+        parse_inventory("hosts: [a, b]\n")
+    assert parse_inventory("").hosts == {}
+
+
+def test_inventory_is_pydantic():
+    inv = Inventory(hosts={"x": {"transport": "local", "python": "/p"}})
+    assert inv.get("x").name == "x"
