@@ -1,0 +1,313 @@
+"""patchset.yaml: loading (by path, name, name@N), errors, rendering, hash states, refresh."""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import shutil
+import textwrap
+from pathlib import Path
+
+import pytest
+import yaml
+
+from sglang_patcher.errors import ApplyError, ConfigError, PatchsetError, UnsupportedVersionError
+from sglang_patcher.patchset import available_patchsets, load_patchset, refresh_hashes
+
+V = "0.5.23"
+SPEC = "sglang/srt/speculative/spec_info.py"
+ARGS = "sglang/srt/server_args.py"
+NEW = "sglang/srt/speculative/ddtree_x.py"
+
+
+def sha(b: bytes | None) -> str | None:
+    return None if b is None else hashlib.sha256(b).hexdigest()
+
+
+def udiff(path: str, old: bytes, new: bytes) -> str:
+    body = list(difflib.unified_diff(old.decode().splitlines(True), new.decode().splitlines(True), n=3))[2:]
+    return f"--- a/{path}\n+++ b/{path}\n" + "".join(body)
+
+
+RELEASE = {
+    SPEC: b"".join(f"spec line {i}\n".encode() for i in range(1, 30)),
+    ARGS: b"".join(f"args line {i}\n".encode() for i in range(1, 30)),
+}
+PATCHED = {
+    SPEC: RELEASE[SPEC].replace(b"spec line 10\n", b"spec line 10\nDDTREE = 1\n"),
+    ARGS: RELEASE[ARGS].replace(b"args line 20\n", b"args line 20\nddtree_budget = 16\n"),
+}
+MODULE = b"def build_tree():\n    return 1\n"
+
+
+def read_release(path: str) -> bytes | None:
+    return RELEASE.get(path)
+
+
+def make_patchset(base: Path, name: str = "demo", revision: int = 1, *, hashes: bool = True,
+                  extra_yaml: str = "") -> Path:
+    root = base / name
+    (root / f"sglang-{V}").mkdir(parents=True, exist_ok=True)
+    (root / "modules").mkdir(exist_ok=True)
+    (root / "checks").mkdir(exist_ok=True)
+    (root / f"sglang-{V}/0001-spec.patch").write_text(udiff(SPEC, RELEASE[SPEC], PATCHED[SPEC]))
+    (root / f"sglang-{V}/0002-args.patch").write_text(udiff(ARGS, RELEASE[ARGS], PATCHED[ARGS]))
+    (root / "modules/ddtree_x.py").write_bytes(MODULE)
+    (root / "checks/l1.py").write_text("print('{}')\n")
+    pristine = {SPEC: sha(RELEASE[SPEC]), ARGS: sha(RELEASE[ARGS])}
+    expected = {SPEC: sha(PATCHED[SPEC]), ARGS: sha(PATCHED[ARGS]), NEW: sha(MODULE)}
+    doc = {
+        "name": name, "revision": revision, "description": "demo patchset",
+        "targets": {V: {"series": [f"sglang-{V}/0001-spec.patch", f"sglang-{V}/0002-args.patch"],
+                        "new_files": {NEW: "modules/ddtree_x.py"},
+                        "pristine": pristine if hashes else {}, "expected": expected if hashes else {}}},
+        "checks": {"l1": "checks/l1.py"},
+    }
+    (root / "patchset.yaml").write_text("# demo patchset (comment kept by refresh)\n"
+                                        + yaml.safe_dump(doc, sort_keys=False) + extra_yaml)
+    return root
+
+
+# --------------------------------------------------------------------------------------- loading
+
+def test_load_by_path_and_by_name(tmp_path):
+    root = make_patchset(tmp_path)
+    ps = load_patchset(root)
+    assert (ps.name, ps.revision, ps.versions) == ("demo", 1, [V])
+    assert ps.l1_check == root / "checks/l1.py"
+    assert load_patchset("demo", search=[tmp_path]).root == root
+    assert load_patchset(str(root / "patchset.yaml")).name == "demo"
+
+
+def test_unknown_patchset_lists_available(tmp_path):
+    make_patchset(tmp_path, "demo")
+    make_patchset(tmp_path, "other")
+    with pytest.raises(PatchsetError) as exc:
+        load_patchset("nope", search=[tmp_path])
+    assert "unknown patchset 'nope'" in str(exc.value) and "demo, other" in str(exc.value)
+    assert set(available_patchsets([tmp_path])) == {"demo", "other"}
+
+
+def test_name_is_looked_up_in_cwd_patchsets(tmp_path, monkeypatch):
+    make_patchset(tmp_path / "patchsets", "cwdonly")
+    monkeypatch.chdir(tmp_path)
+    assert load_patchset("cwdonly").root.resolve() == (tmp_path / "patchsets/cwdonly").resolve()
+
+
+def test_malformed_yaml_names_file_and_line(tmp_path):
+    root = make_patchset(tmp_path)
+    (root / "patchset.yaml").write_text("name: demo\nrevision: 1\ntargets:\n  \"0.5.23\": [unclosed\n")
+    with pytest.raises(ConfigError) as exc:
+        load_patchset(root)
+    msg = str(exc.value)
+    assert "patchset.yaml:" in msg and "malformed YAML" in msg and "hint" in msg
+    assert ":5:" in msg or ":4:" in msg
+
+
+def test_invalid_field_names_field_and_line(tmp_path):
+    root = make_patchset(tmp_path)
+    text = (root / "patchset.yaml").read_text().replace(sha(RELEASE[SPEC]), "not-a-sha")
+    (root / "patchset.yaml").write_text(text)
+    with pytest.raises(ConfigError) as exc:
+        load_patchset(root)
+    msg = str(exc.value)
+    line = next(i for i, l in enumerate(text.splitlines(), 1) if "not-a-sha" in l)
+    assert f"patchset.yaml:{line}:" in msg and "targets.0.5.23.pristine" in msg
+
+
+def test_unknown_key_is_refused(tmp_path):
+    root = make_patchset(tmp_path, extra_yaml="serie: []\n")
+    with pytest.raises(ConfigError, match="serie"):
+        load_patchset(root)
+
+
+def test_unquoted_float_version_key_is_refused(tmp_path):
+    root = make_patchset(tmp_path)
+    text = (root / "patchset.yaml").read_text()
+    text = text.replace(f"'{V}':", "0.6:").replace(f"  {V}:", "  0.6:")
+    assert "0.6:" in text
+    (root / "patchset.yaml").write_text(text)
+    with pytest.raises(ConfigError, match=r"version key 0.6 is not a string: quote it"):
+        load_patchset(root)
+
+
+def test_missing_series_file(tmp_path):
+    root = make_patchset(tmp_path)
+    (root / f"sglang-{V}/0002-args.patch").unlink()
+    with pytest.raises(PatchsetError) as exc:
+        load_patchset(root)
+    assert "0002-args.patch does not exist" in str(exc.value) and "patchset.yaml:" in str(exc.value)
+
+
+def test_series_path_escaping_the_patchset_is_refused(tmp_path):
+    root = make_patchset(tmp_path)
+    text = (root / "patchset.yaml").read_text().replace(f"sglang-{V}/0001-spec.patch", "../evil.patch")
+    (root / "patchset.yaml").write_text(text)
+    with pytest.raises(ConfigError, match="'..'"):
+        load_patchset(root)
+
+
+def test_name_must_match_directory(tmp_path):
+    root = make_patchset(tmp_path, "demo")
+    shutil.move(root, tmp_path / "renamed")
+    with pytest.raises(ConfigError, match="name is 'demo'"):
+        load_patchset("renamed", search=[tmp_path])
+
+
+def test_unsupported_version_lists_supported(tmp_path):
+    ps = load_patchset(make_patchset(tmp_path))
+    with pytest.raises(UnsupportedVersionError) as exc:
+        ps.target("0.5.22")
+    assert "0.5.22" in str(exc.value) and "supported: 0.5.23" in str(exc.value)
+    with pytest.raises(UnsupportedVersionError):
+        ps.render("0.4.0", read_release)
+
+
+# --------------------------------------------------------------------------------------- render
+
+def test_render_applies_series_and_new_files_and_checks_hashes(tmp_path):
+    ps = load_patchset(make_patchset(tmp_path))
+    r = ps.render(V, read_release)
+    assert r.files[SPEC].new == PATCHED[SPEC] and r.files[ARGS].new == PATCHED[ARGS]
+    assert r.files[NEW].old is None and r.files[NEW].new == MODULE and r.files[NEW].new_mode == 0o644
+    assert [h.status for h in r.hunks] == ["applied", "applied", "applied"]
+    assert "+DDTREE = 1" in r.diff_text() and "+def build_tree" in r.diff_text()
+    assert ps.touched_paths(V) == sorted([SPEC, ARGS, NEW])
+
+
+def test_render_refuses_a_file_that_is_not_the_release_file(tmp_path):
+    ps = load_patchset(make_patchset(tmp_path))
+    edited = dict(RELEASE)
+    edited[ARGS] = RELEASE[ARGS] + b"# local edit\n"
+    with pytest.raises(PatchsetError) as exc:
+        ps.render(V, edited.get)
+    assert f"file {ARGS} is not the sglang {V} release file this patchset was made for" in str(exc.value)
+
+
+def test_render_of_an_already_patched_tree_is_refused_by_pristine_check(tmp_path):
+    ps = load_patchset(make_patchset(tmp_path))
+    with pytest.raises(PatchsetError, match="2 files are not the sglang 0.5.23 release files"):
+        ps.render(V, {**RELEASE, **PATCHED}.get)
+
+
+def test_stale_expected_hashes_say_how_to_refresh(tmp_path):
+    root = make_patchset(tmp_path)
+    (root / "modules/ddtree_x.py").write_bytes(MODULE + b"# changed\n")
+    ps = load_patchset(root)
+    with pytest.raises(PatchsetError) as exc:
+        ps.render(V, read_release)
+    assert "stale" in str(exc.value) and NEW in str(exc.value) and "refresh" in str(exc.value)
+
+
+def test_series_that_does_not_apply_raises_apply_error(tmp_path):
+    root = make_patchset(tmp_path, hashes=False)
+    other = dict(RELEASE)
+    other[SPEC] = b"completely different\n" * 30
+    with pytest.raises(ApplyError, match="0001-spec.patch"):
+        load_patchset(root).render(V, other.get, check_hashes=False)
+
+
+def test_new_file_clashing_with_a_release_file_is_refused(tmp_path):
+    ps = load_patchset(make_patchset(tmp_path))
+    with pytest.raises(PatchsetError, match="already exists"):
+        ps.render(V, {**RELEASE, NEW: b"upstream's own\n"}.get, check_hashes=False)
+
+
+# --------------------------------------------------------------------------------------- classify / history
+
+def add_history(root: Path, old_patched_spec: bytes) -> None:
+    """Freeze a revision-1 copy under history/r1 (SPEC patched differently) and bump the current to r2."""
+    frozen = root / "history/r1"
+    shutil.copytree(root, frozen, ignore=shutil.ignore_patterns("history"))
+    (frozen / f"sglang-{V}/0001-spec.patch").write_text(udiff(SPEC, RELEASE[SPEC], old_patched_spec))
+    doc = yaml.safe_load((frozen / "patchset.yaml").read_text())
+    doc["targets"][V]["expected"][SPEC] = sha(old_patched_spec)
+    (frozen / "patchset.yaml").write_text(yaml.safe_dump(doc))
+    cur = yaml.safe_load((root / "patchset.yaml").read_text())
+    cur["revision"] = 2
+    cur["history"] = {"1": {V: doc["targets"][V]["expected"]}}
+    (root / "patchset.yaml").write_text(yaml.safe_dump(cur))
+
+
+def test_classify_by_hashes(tmp_path):
+    root = make_patchset(tmp_path)
+    r1_spec = RELEASE[SPEC].replace(b"spec line 10\n", b"spec line 10\nDDTREE = 0\n")
+    add_history(root, r1_spec)
+    ps = load_patchset(root)
+    assert ps.revision == 2
+    assert ps.classify(SPEC, sha(RELEASE[SPEC]), version=V) == "pristine"
+    assert ps.classify(SPEC, sha(PATCHED[SPEC]), version=V) == "patched"
+    assert ps.classify(SPEC, sha(r1_spec), version=V) == "patched@r1"
+    assert ps.classify(SPEC, sha(b"something else"), version=V) == "drifted"
+    assert ps.classify(SPEC, None, version=V) == "absent"
+    assert ps.classify(NEW, None, version=V) == "pristine"        # a file the patchset creates
+    assert ps.classify(NEW, sha(MODULE), version=V) == "patched"
+    assert ps.classify(NEW, sha(b"x"), version=V) == "drifted"
+    with pytest.raises(PatchsetError, match="not touched"):
+        ps.classify("sglang/other.py", None, version=V)
+    with pytest.raises(UnsupportedVersionError):
+        ps.classify(SPEC, None, version="0.1")
+
+
+def test_name_at_revision_loads_frozen_history(tmp_path):
+    root = make_patchset(tmp_path)
+    r1_spec = RELEASE[SPEC].replace(b"spec line 10\n", b"spec line 10\nDDTREE = 0\n")
+    add_history(root, r1_spec)
+    old = load_patchset("demo@1", search=[tmp_path])
+    assert old.revision == 1 and old.root == root / "history/r1"
+    assert old.render(V, read_release).files[SPEC].new == r1_spec
+    assert load_patchset("demo@2", search=[tmp_path]).revision == 2
+    assert load_patchset(f"{root}@1").revision == 1
+    with pytest.raises(PatchsetError) as exc:
+        load_patchset("demo@7", search=[tmp_path])
+    assert "demo@1, demo@2" in str(exc.value)
+
+
+# --------------------------------------------------------------------------------------- refresh
+
+def test_refresh_hashes_rewrites_only_the_hash_maps(tmp_path):
+    root = make_patchset(tmp_path, hashes=False, extra_yaml="# trailing comment\n")
+    with pytest.raises(PatchsetError, match="stale"):
+        load_patchset(root).render(V, read_release)
+    maps = refresh_hashes(root, V, read_release)
+    assert maps["expected"][NEW] == sha(MODULE) and maps["pristine"][NEW] is None
+    text = (root / "patchset.yaml").read_text()
+    assert text.startswith("# demo patchset (comment kept by refresh)\n") and "# trailing comment" in text
+    ps = load_patchset(root)
+    assert ps.target(V).pristine[SPEC] == sha(RELEASE[SPEC])
+    ps.render(V, read_release)                      # now consistent
+    # refreshing again is stable
+    refresh_hashes(root, V, read_release)
+    assert (root / "patchset.yaml").read_text() == text
+
+
+def test_refresh_inserts_missing_keys(tmp_path):
+    root = tmp_path / "mini"
+    (root / "p").mkdir(parents=True)
+    (root / "p/1.patch").write_text(udiff(SPEC, RELEASE[SPEC], PATCHED[SPEC]))
+    (root / "patchset.yaml").write_text(textwrap.dedent(f"""\
+        name: mini
+        revision: 1
+        targets:
+          "{V}":
+            series:
+              - p/1.patch   # the only patch
+        checks: {{}}
+        """))
+    refresh_hashes(root, V, read_release)
+    ps = load_patchset(root)
+    assert ps.target(V).expected == {SPEC: sha(PATCHED[SPEC])}
+    assert "# the only patch" in (root / "patchset.yaml").read_text()
+    ps.render(V, read_release)
+
+
+def test_refresh_cli_with_a_tree_directory(tmp_path, capsys):
+    from sglang_patcher.patchset import main
+    root = make_patchset(tmp_path, hashes=False)
+    tree = tmp_path / "tree"
+    for p, b in RELEASE.items():
+        (tree / p).parent.mkdir(parents=True, exist_ok=True)
+        (tree / p).write_bytes(b)
+    assert main(["refresh", str(root), V, "--tree", str(tree)]) == 0
+    assert "refreshed 3 file hashes" in capsys.readouterr().out
+    load_patchset(root).render(V, read_release)
