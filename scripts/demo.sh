@@ -5,4 +5,4 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 PY=${PYTHON:-python3}
-exec $PY -m sglang_patcher.cli demo "$@"
+exec $PY -m sglang_patcher demo "$@"

@@ -15,14 +15,19 @@ from pathlib import Path
 
 from .errors import SglpatchError
 from .inventory import Host
-from .state import safe_component, sglpatch_home
+from .state import sglpatch_home
 
 DEFAULT_SGLANG = "0.5.23"
 SANDBOX_HOST = "sandbox"
 
 
 def sandbox_dir(version: str = DEFAULT_SGLANG, home: Path | None = None) -> Path:
-    return (home or sglpatch_home()) / "sandbox" / f"venv-{safe_component(version)}"
+    """The sandbox venv directory (``sandbox/venv``; hosts.yaml's ``sandbox`` entry points here).
+
+    One sandbox exists at a time; its marker file records the SGLang version it holds and a request
+    for another version rebuilds it.
+    """
+    return (home or sglpatch_home()) / "sandbox" / "venv"
 
 
 def sandbox_python(version: str = DEFAULT_SGLANG, home: Path | None = None) -> Path:
@@ -39,7 +44,7 @@ def ensure_sandbox(version: str = DEFAULT_SGLANG, home: Path | None = None, *,
     venv = sandbox_dir(version, home)
     python = venv / "bin" / "python"
     marker = venv / ".sglpatch-ready"
-    if marker.exists() and python.exists():
+    if marker.exists() and python.exists() and marker.read_text().strip() == version:
         return python
     import shutil
 

@@ -1,0 +1,122 @@
+"""The ``sglpatch`` command line: thin over the library (each command is a few library calls).
+
+One top-level handler turns every :class:`~sglang_patcher.errors.SglpatchError` into its message and
+exit code (``--debug`` shows the traceback); Ctrl-C prints "Aborted" and exits 130. ``--json`` makes
+every command print one JSON document on stdout instead of tables.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import click
+from rich.console import Console
+from rich.text import Text
+
+from . import __version__
+from .errors import ConfigError, InventoryError, SglpatchError
+from .inventory import Host, Inventory, load_inventory
+
+
+@dataclass
+class AppContext:
+    """What every subcommand can take from ``click.Context.obj``."""
+
+    hosts_file: str | None
+    as_json: bool
+    debug: bool
+    console: Console = field(default_factory=lambda: Console(highlight=False))
+    err: Console = field(default_factory=lambda: Console(stderr=True, highlight=False))
+    _inventory: Inventory | None = None
+
+    def inventory(self, *, required: bool = True) -> Inventory | None:
+        if self._inventory is None:
+            try:
+                self._inventory = load_inventory(self.hosts_file)
+            except InventoryError:
+                if required or self.hosts_file:
+                    raise
+                return None
+        return self._inventory
+
+    def host(self, name: str) -> Host:
+        """Resolve a host name; ``sandbox`` falls back to the embedded default target."""
+        inv = self.inventory(required=name != "sandbox")
+        if inv is not None and name in inv.names():
+            return inv.get(name)
+        if name == "sandbox":
+            from .sandbox import sandbox_host
+            return sandbox_host()
+        assert inv is not None
+        return inv.get(name)  # raises InventoryError listing the known hosts
+
+    def say(self, renderable: Any = "") -> None:
+        """Print for people (suppressed with --json, where only the JSON document goes to stdout)."""
+        if self.as_json:
+            self.err.print(renderable)
+        else:
+            self.console.print(renderable)
+
+    def result(self, obj: Any) -> None:
+        """Print a result: its JSON with --json, else its rich rendering."""
+        if self.as_json:
+            data = obj.to_json() if hasattr(obj, "to_json") else obj
+            if isinstance(data, str):
+                click.echo(data)
+            else:
+                click.echo(json.dumps(data, indent=2, sort_keys=True, default=str))
+        else:
+            self.console.print(obj)
+
+
+pass_app = click.make_pass_decorator(AppContext)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="sglpatch")
+@click.option("--hosts", "hosts_file", metavar="FILE", envvar="SGLPATCH_HOSTS",
+              help="Inventory file (default: $SGLPATCH_HOSTS, else ./hosts.yaml).")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON document instead of tables.")
+@click.option("--debug", is_flag=True, help="Show tracebacks of errors.")
+@click.pass_context
+def cli(ctx: click.Context, hosts_file: str | None, as_json: bool, debug: bool) -> None:
+    """Put versioned patchsets onto SGLang installs over SSH, prove they work, take them off."""
+    ctx.obj = AppContext(hosts_file=hosts_file, as_json=as_json, debug=debug)
+
+
+# --- commands are registered from cli_commands (kept apart so this module stays the frame) ---
+from . import cli_commands  # noqa: E402,F401  (registers subcommands on `cli`)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point: run the CLI and map errors to exit codes (documented in README.md)."""
+    debug = "--debug" in (argv if argv is not None else sys.argv[1:])
+    err = Console(stderr=True, highlight=False)
+    try:
+        cli.main(args=argv, prog_name="sglpatch", standalone_mode=False)
+    except SglpatchError as exc:
+        if debug:
+            traceback.print_exc()
+        err.print(Text.assemble(("error: ", "bold red"), exc.message))
+        if exc.hint:
+            err.print(f"  hint: {exc.hint}", markup=False)
+        return exc.exit_code
+    except click.exceptions.Abort:
+        err.print("Aborted.")
+        return 130
+    except KeyboardInterrupt:
+        err.print("Aborted.")
+        return 130
+    except click.ClickException as exc:
+        exc.show()
+        code = getattr(exc, "exit_code", 2)
+        return 2 if code == 1 and isinstance(exc, click.UsageError) else code
+    except click.exceptions.Exit as exc:
+        return exc.exit_code
+    return 0
+

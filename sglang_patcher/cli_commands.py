@@ -1,0 +1,129 @@
+"""The subcommands of ``sglpatch``. Each one resolves its inputs, calls the library, prints a result."""
+
+from __future__ import annotations
+
+import click
+
+from . import service
+from .cli import AppContext, cli, pass_app
+from .errors import ConfigError
+
+
+@cli.command("hosts")
+@click.option("--check", is_flag=True, help="Connect to each host and report interpreter, SGLang "
+              "version(s), install path, writability and free disk.")
+@click.option("--tag", default=None, help="Only hosts with this tag.")
+@pass_app
+def hosts_cmd(app: AppContext, check: bool, tag: str | None) -> None:
+    """List the inventory (hosts.yaml)."""
+    inv = app.inventory()
+    hosts = inv.with_tag(tag) if tag else [inv.get(n) for n in inv.names()]
+    if not check:
+        app.result(service.InventoryListing(hosts))
+        return
+    report = service.check_hosts(hosts)
+    app.result(report)
+    if not report.ok:
+        raise click.exceptions.Exit(report.exit_code)
+
+
+@cli.command("snapshot")
+@click.argument("host")
+@pass_app
+def snapshot_cmd(app: AppContext, host: str) -> None:
+    """Mirror HOST's SGLang install locally with a hashed manifest."""
+    app.result(service.snapshot_host(app.host(host), log=app.say))
+
+
+@cli.command("diff")
+@click.argument("patchset")
+@click.option("--host", "host_name", default=None, help="Diff against this host's install.")
+@click.option("--sglang", "version", default=None, metavar="VERSION",
+              help="Diff against the pristine PyPI wheel of this release (no SSH).")
+@pass_app
+def diff_cmd(app: AppContext, patchset: str, host_name: str | None, version: str | None) -> None:
+    """Show the unified diff PATCHSET would make (the CI dry-run). Exit 0 when it applies cleanly."""
+    if bool(host_name) == bool(version):
+        raise ConfigError("diff needs exactly one of --host HOST or --sglang VERSION",
+                          hint="e.g. `sglpatch diff ddtree --sglang 0.5.23`")
+    host = app.host(host_name) if host_name else None
+    app.result(service.diff_patchset(patchset, host=host, version=version, log=app.say))
+
+
+@cli.command("apply")
+@click.argument("patchset")
+@click.option("--host", "host_name", required=True, help="Target host (from hosts.yaml).")
+@click.option("--dry-run", is_flag=True, help="Show the plan and the diff; change nothing.")
+@click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
+@click.option("--force", is_flag=True, help="Overwrite drifted files (their originals are backed up).")
+@click.option("--break-lock", is_flag=True, help="Remove a stale deploy lock on the host first.")
+@pass_app
+def apply_cmd(app: AppContext, patchset: str, host_name: str, dry_run: bool, yes: bool,
+              force: bool, break_lock: bool) -> None:
+    """Apply PATCHSET to a host: strict apply, diff, backup, atomic push, smoke checks."""
+    host = app.host(host_name)
+
+    def confirm(plan) -> bool:
+        if yes:
+            return True
+        if app.as_json or not click.get_text_stream("stdin").isatty():
+            raise ConfigError(f"{host.name}: refusing to deploy without confirmation",
+                              hint="pass --yes to deploy non-interactively")
+        app.say(plan)
+        return click.confirm(f"Deploy to {host.name}?", default=False)
+
+    result = service.apply_patchset(patchset, host, dry_run=dry_run, force=force,
+                                    break_lock=break_lock, confirm=confirm, log=app.say)
+    app.result(result)
+
+
+@cli.command("status")
+@click.option("--host", "host_name", required=True, help="Host (from hosts.yaml).")
+@click.option("--patchset", default=None, help="Also classify files against this patchset.")
+@pass_app
+def status_cmd(app: AppContext, host_name: str, patchset: str | None) -> None:
+    """Per touched file: pristine / patched (patchset, revision) / drifted; the deployment history."""
+    app.result(service.host_status(app.host(host_name), patchset=patchset))
+
+
+@cli.command("rollback")
+@click.option("--host", "host_name", default=None,
+              help="Host to roll back (default: the host of the latest local deployment record).")
+@click.option("--to", "deployment", default=None, metavar="DEPLOYMENT",
+              help="Undo this deployment id (default: the latest one on the host).")
+@click.option("--break-lock", is_flag=True, help="Remove a stale deploy lock on the host first.")
+@pass_app
+def rollback_cmd(app: AppContext, host_name: str | None, deployment: str | None,
+                 break_lock: bool) -> None:
+    """Restore the originals of a deployment and verify them by hash."""
+    if host_name is None:
+        host_name = service.latest_deployment_host()
+        app.say(f"rolling back the latest deployment, on host {host_name}")
+    app.result(service.rollback(app.host(host_name), deployment=deployment,
+                                break_lock=break_lock, log=app.say))
+
+
+@cli.command("demo")
+@click.option("--sglang", "version", default="0.5.23", show_default=True,
+              help="SGLang release installed in the sandbox target.")
+@click.option("--patchset", default="ddtree", show_default=True)
+@pass_app
+def demo_cmd(app: AppContext, version: str, patchset: str) -> None:
+    """Run the whole story on the embedded default target (a local venv): no GPU host needed."""
+    from .demo import run_demo
+
+    run_demo(app, version=version, patchset=patchset)
+
+
+@cli.group("patchset")
+def patchset_group() -> None:
+    """Maintainer commands for patchsets."""
+
+
+@patchset_group.command("refresh")
+@click.argument("patchset")
+@click.option("--sglang", "version", required=True, metavar="VERSION")
+@pass_app
+def patchset_refresh_cmd(app: AppContext, patchset: str, version: str) -> None:
+    """Recompute the pristine/expected hashes of PATCHSET for VERSION from the PyPI wheel."""
+    app.result(service.refresh_patchset(patchset, version, log=app.say))

@@ -1,0 +1,72 @@
+"""README command 1: the whole story on the embedded default target, printed step by step.
+
+snapshot → diff → apply (with smoke checks) → status → re-apply (a clean no-op) → rollback → status,
+against a local venv holding the real SGLang wheel (see :mod:`sglang_patcher.sandbox`).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from rich.rule import Rule
+
+from . import service
+from .errors import StateError
+from .sandbox import ensure_sandbox, sandbox_host
+
+if TYPE_CHECKING:
+    from .cli import AppContext
+
+
+def run_demo(app: "AppContext", *, version: str, patchset: str) -> None:
+    """Run the story; raises the first :class:`SglpatchError` met (the CLI prints it)."""
+    results: dict[str, object] = {}
+
+    def step(title: str) -> None:
+        app.say(Rule(f"[bold]{title}"))
+
+    step(f"0. the target: a local venv with sglang=={version} from PyPI")
+    python = ensure_sandbox(version, log=app.say)
+    host = sandbox_host(version)
+    app.say(f"interpreter {python}")
+
+    step("1. snapshot: mirror the install with a hashed manifest")
+    snap = service.snapshot_host(host, log=app.say)
+    app.say(snap)
+    results["snapshot"] = snap
+
+    step(f"2. diff: what patchset {patchset!r} would change (strict, fuzz 0)")
+    diff = service.diff_patchset(patchset, host=host, log=app.say)
+    app.say(diff)
+    results["diff"] = diff
+
+    step(f"3. apply {patchset}: backup, stage + verify + rename, smoke checks L0/L1")
+    applied = service.apply_patchset(patchset, host, confirm=lambda plan: True, log=app.say)
+    app.say(applied)
+    results["apply"] = applied
+
+    step("4. status: every touched file by hash")
+    status = service.host_status(host, patchset=patchset)
+    app.say(status)
+    results["status_after_apply"] = status
+
+    step("5. apply again: a clean no-op")
+    again = service.apply_patchset(patchset, host, confirm=lambda plan: True, log=app.say)
+    app.say(again)
+    results["reapply"] = again
+
+    step("6. rollback: restore the originals, verified against the wheel's RECORD")
+    rolled = service.rollback(host, log=app.say)
+    app.say(rolled)
+    results["rollback"] = rolled
+
+    step("7. status after rollback")
+    final = service.host_status(host, patchset=patchset)
+    app.say(final)
+    results["status_after_rollback"] = final
+    if not getattr(final, "all_pristine", True):
+        raise StateError("sandbox: files are not pristine after rollback",
+                         hint="run `sglpatch status --host sandbox` and report this")
+    app.say(Rule("[bold green]done: applied, verified, and rolled back to pristine"))
+    if app.as_json:
+        app.result({k: (v.to_json() if hasattr(v, "to_json") else v) for k, v in results.items()})

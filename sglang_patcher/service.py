@@ -1,0 +1,356 @@
+"""What each ``sglpatch`` command does, as library calls a user could make from Python.
+
+Every function takes inventory :class:`~sglang_patcher.inventory.Host` objects and names, opens and
+closes its own transport, and returns a result object with ``to_json()`` and ``__rich__``. Errors are
+the :mod:`sglang_patcher.errors` classes.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+from rich.console import Group
+from rich.syntax import Syntax
+from rich.table import Table
+from rich.text import Text
+
+from . import deploy, discovery, mirror
+from .errors import SglpatchError, StateError
+from .inventory import Host
+from .patchset import Patchset, load_patchset
+from .state import sglpatch_home
+from .transport import connect
+
+Log = Callable[[Any], None]
+
+
+def _quiet(_: Any) -> None:
+    pass
+
+
+def _human_bytes(n: int | None) -> str:
+    if n is None:
+        return "?"
+    size = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if size < 1024 or unit == "TiB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{n} B"
+
+
+def _progress(log: Log) -> Callable[[str, str], None]:
+    def progress(step: str, detail: str) -> None:
+        log(Text.assemble(("  • ", "dim"), (f"{step}: ", "bold"), detail))
+    return progress
+
+
+# ------------------------------------------------------------------------------------ inventory
+
+@dataclass
+class InventoryListing:
+    """The hosts of an inventory, as given (no connection made)."""
+
+    hosts: list[Host]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"hosts": [h.model_dump() for h in self.hosts]}
+
+    def __rich__(self) -> Table:
+        t = Table(title="hosts", title_justify="left")
+        for col in ("host", "transport", "address", "python", "sudo", "tags"):
+            t.add_column(col)
+        for h in self.hosts:
+            t.add_row(h.name, h.transport, h.address, h.python, "yes" if h.sudo else "no",
+                      ", ".join(h.tags))
+        return t
+
+
+@dataclass
+class HostCheck:
+    """One host's ``hosts --check`` outcome: its discovery info, or the error met (never both)."""
+
+    host: Host
+    info: Any = None
+    error: SglpatchError | None = None
+    seconds: float = 0.0
+
+
+@dataclass
+class HostsCheckReport:
+    """Per host: discovery info or the error — one failed host never hides the others."""
+
+    checks: list[HostCheck]
+
+    @property
+    def ok(self) -> bool:
+        return all(c.error is None for c in self.checks)
+
+    @property
+    def exit_code(self) -> int:
+        codes = [c.error.exit_code for c in self.checks if c.error is not None]
+        return max(codes) if codes else 0
+
+    def to_json(self) -> dict[str, Any]:
+        out = {}
+        for c in self.checks:
+            if c.error is not None:
+                out[c.host.name] = {"ok": False, "error": c.error.message, "hint": c.error.hint,
+                                    "exit_code": c.error.exit_code}
+            else:
+                out[c.host.name] = {"ok": True, **c.info.to_dict(), "seconds": round(c.seconds, 3)}
+        return {"hosts": out, "ok": self.ok}
+
+    def __rich__(self) -> Table:
+        t = Table(title="hosts --check", title_justify="left")
+        for col in ("host", "python", "sglang", "install", "writable", "free disk", "status"):
+            t.add_column(col)
+        for c in self.checks:
+            if c.error is not None:
+                t.add_row(c.host.name, c.host.python, "-", "-", "-", "-",
+                          Text(c.error.message, style="red"))
+                continue
+            i = c.info
+            t.add_row(c.host.name, f"{i.interpreter} ({i.python_version})", str(i.sglang_version),
+                      str(i.package_dir), "yes" if i.writable else Text("no", style="yellow"),
+                      _human_bytes(i.free_bytes), Text("ok", style="green"))
+        return t
+
+
+def check_hosts(hosts: Iterable[Host]) -> HostsCheckReport:
+    """Connect to each host and discover its SGLang install (errors are collected per host)."""
+    checks = []
+    for h in hosts:
+        t0 = time.monotonic()
+        try:
+            with _session(h) as (transport, info):
+                checks.append(HostCheck(h, info=info, seconds=time.monotonic() - t0))
+        except SglpatchError as exc:
+            checks.append(HostCheck(h, error=exc, seconds=time.monotonic() - t0))
+    return HostsCheckReport(checks)
+
+
+class _session:
+    """``with _session(host) as (transport, info)``: connect, discover, always close."""
+
+    def __init__(self, host: Host, *, record: bool = True):
+        self.host = host
+        self.record = record
+        self.transport = None
+
+    def __enter__(self):
+        self.transport = connect(self.host)
+        try:
+            info = discovery.discover(self.transport, self.host, record=self.record)
+        except BaseException:
+            self.transport.close()
+            raise
+        return self.transport, info
+
+    def __exit__(self, *exc):
+        self.transport.close()
+
+
+# ------------------------------------------------------------------------------------- snapshot
+
+@dataclass
+class SnapshotReport:
+    """A snapshot's result plus the host's discovery info."""
+
+    host: Host
+    info: Any
+    result: mirror.SnapshotResult
+
+    def to_json(self) -> dict[str, Any]:
+        return {**self.result.to_dict(), "install": str(self.info.package_dir),
+                "interpreter": self.info.interpreter}
+
+    def __rich__(self) -> Table:
+        r = self.result
+        t = Table(title=f"snapshot of {self.host.name}", title_justify="left", show_header=False)
+        t.add_column("", style="bold")
+        t.add_column("")
+        t.add_row("sglang", f"{self.info.sglang_version} at {self.info.package_dir}")
+        t.add_row("mirror", str(r.mirror.root))
+        t.add_row("files", f"{r.files} ({len(r.fetched)} fetched, {r.unchanged} unchanged, "
+                  f"{len(r.deleted)} deleted)")
+        t.add_row("transferred", _human_bytes(r.bytes_fetched))
+        t.add_row("round trips", str(r.round_trips))
+        t.add_row("seconds", f"{r.seconds:.2f}")
+        return t
+
+
+def snapshot_host(host: Host, *, home: Path | None = None, log: Log = _quiet) -> SnapshotReport:
+    """Mirror ``host``'s SGLang install locally (only changed files travel)."""
+    with _session(host) as (transport, info):
+        log(f"{host.name}: sglang {info.sglang_version} at {info.package_dir}")
+        result = mirror.snapshot(transport, host, info, home=home)
+    return SnapshotReport(host, info, result)
+
+
+# ----------------------------------------------------------------------------------------- diff
+
+@dataclass
+class DiffReport:
+    """The unified diff a patchset makes against one pristine tree, and its per-hunk report."""
+
+    patchset: Patchset
+    version: str
+    source: str
+    result: Any  # applier.ApplyResult
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "patchset": self.patchset.name, "revision": self.patchset.revision,
+            "sglang_version": self.version, "against": self.source,
+            "files": {p: {"old": c.old is not None and c.changed, "deleted": c.new is None,
+                          "added": c.old is None}
+                      for p, c in sorted(self.result.changed_files().items())},
+            "hunks": [{"patch": h.patch, "path": h.path, "index": h.index, "status": h.status,
+                       "offset": h.offset_lines} for h in self.result.hunks],
+            "notes": list(self.result.notes),
+            "diff": self.result.diff_text(),
+        }
+
+    def __rich__(self) -> Group:
+        changed = self.result.changed_files()
+        head = Text.assemble(
+            (f"{self.patchset.name} revision {self.patchset.revision}", "bold"),
+            f" against sglang {self.version} ({self.source}): {len(changed)} file(s), "
+            f"{len(self.result.hunks)} hunk(s) applied strictly")
+        offsets = [h for h in self.result.hunks if h.status != "applied"]
+        parts: list[Any] = [head]
+        for h in offsets:
+            parts.append(Text(f"  {h.status}: {h.path} hunk {h.index} ({h.patch})"
+                              + (f", offset {h.offset_lines:+d} lines" if h.offset_lines else ""),
+                              style="yellow"))
+        for note in self.result.notes:
+            parts.append(Text(f"  note: {note}", style="yellow"))
+        parts.append(Syntax(self.result.diff_text(), "diff", theme="ansi_dark", word_wrap=False))
+        return Group(*parts)
+
+
+def diff_patchset(name: str, *, host: Host | None = None, version: str | None = None,
+                  home: Path | None = None, log: Log = _quiet) -> DiffReport:
+    """The diff ``name`` makes: against ``host``'s install (snapshot first) or, with ``version``
+    and no host, against the pristine PyPI wheel (no SSH).
+
+    Raises UnsupportedVersionError, ApplyError (per hunk), PatchsetError, TransportError.
+    """
+    ps = load_patchset(name)
+    if host is None:
+        if version is None:
+            raise SglpatchError("diff needs a host or an SGLang version")
+        ps.target(version)  # unsupported versions fail before any download
+        from .wheelcache import pristine_tree
+
+        log(f"pristine tree: sglang=={version} from PyPI (cached)")
+        tree = pristine_tree(version, home=home)
+        return DiffReport(ps, version, f"wheel sglang=={version}", ps.render(version, tree.read))
+    with _session(host) as (transport, info):
+        version = str(info.sglang_version)
+        ps.target(version)
+        snap = mirror.snapshot(transport, host, info, home=home)
+        paths = ps.touched_paths(version)
+        reader = deploy.PristineSource(dict(ps.target(version).pristine),
+                                       [("mirror", snap.mirror.read),
+                                        ("wheel", deploy._wheel_reader(version, home))])
+        for p in paths:
+            reader.read(p)
+        return DiffReport(ps, version, f"host {host.name} (pristine via {', '.join(sorted(set(reader.used.values())))})",
+                          ps.render(version, reader.read))
+
+
+# ------------------------------------------------------------------------ apply / status / rollback
+
+def apply_patchset(name: str, host: Host, *, dry_run: bool = False, force: bool = False,
+                   break_lock: bool = False, confirm: Callable[[Any], bool] | None = None,
+                   home: Path | None = None, log: Log = _quiet) -> deploy.DeployResult:
+    """Apply patchset ``name`` to ``host`` (see :func:`sglang_patcher.deploy.apply_to_host`).
+
+    Refreshes the host's mirror first (only changed files travel) so pristine bytes are local.
+    """
+    ps = load_patchset(name)
+    with _session(host) as (transport, info):
+        version = str(info.sglang_version)
+        ps.target(version)
+        log(f"{host.name}: sglang {version} at {info.package_dir}")
+        snap = mirror.snapshot(transport, host, info, home=home)
+        log(f"{host.name}: mirror up to date ({len(snap.fetched)} file(s) fetched)")
+        return deploy.apply_to_host(transport, host, info, ps, pristine=snap.mirror,
+                                    dry_run=dry_run, force=force, break_lock=break_lock,
+                                    confirm=confirm, progress=_progress(log), home=home)
+
+
+def host_status(host: Host, *, patchset: str | None = None) -> deploy.StatusReport:
+    """Per touched file: pristine / patched (patchset, revision) / drifted; history; journal."""
+    ps = load_patchset(patchset) if patchset else None
+    with _session(host) as (transport, info):
+        return deploy.host_status(transport, host, info, ps)
+
+
+def rollback(host: Host, *, deployment: str | None = None, break_lock: bool = False,
+             home: Path | None = None, log: Log = _quiet) -> deploy.RollbackResult:
+    """Undo ``deployment`` (default: the latest active one) on ``host``, verified by hash."""
+    with _session(host) as (transport, info):
+        return deploy.rollback_host(transport, host, info, deployment, break_lock=break_lock,
+                                    home=home, progress=_progress(log))
+
+
+def latest_deployment_host(home: Path | None = None) -> str:
+    """The host of the newest local deployment record. Raises StateError when there is none."""
+    base = (home or sglpatch_home()) / "deployments"
+    newest: tuple[str, str] | None = None
+    for f in base.glob("*/*.json") if base.is_dir() else []:
+        try:
+            rec = json.loads(f.read_text())
+        except (OSError, ValueError):
+            continue
+        stamp = str(rec.get("created") or rec.get("started") or rec.get("id") or "")
+        host = rec.get("host") or f.parent.name
+        if newest is None or stamp > newest[0]:
+            newest = (stamp, host)
+    if newest is None:
+        raise StateError(f"no local deployment records under {base}",
+                         hint="name the host: `sglpatch rollback --host HOST`")
+    return newest[1]
+
+
+# ------------------------------------------------------------------------------------ maintainer
+
+@dataclass
+class RefreshReport:
+    patchset: str
+    version: str
+    hashes: dict[str, dict[str, str | None]] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"patchset": self.patchset, "sglang_version": self.version, **self.hashes}
+
+    def __rich__(self) -> Table:
+        t = Table(title=f"{self.patchset}: hashes for sglang {self.version}", title_justify="left")
+        t.add_column("file")
+        t.add_column("pristine")
+        t.add_column("expected")
+        for p in sorted(self.hashes.get("expected", {})):
+            pr = self.hashes["pristine"].get(p)
+            ex = self.hashes["expected"].get(p)
+            t.add_row(p, (pr or "absent")[:16], (ex or "deleted")[:16])
+        return t
+
+
+def refresh_patchset(name: str, version: str, *, home: Path | None = None,
+                     log: Log = _quiet) -> RefreshReport:
+    """Recompute and rewrite ``pristine``/``expected`` of ``name`` for ``version`` from the wheel."""
+    from .patchset import refresh_hashes
+    from .wheelcache import pristine_tree
+
+    ps = load_patchset(name)
+    log(f"pristine tree: sglang=={version} from PyPI (cached)")
+    tree = pristine_tree(version, home=home)
+    hashes = refresh_hashes(ps.root if hasattr(ps, "root") else ps.yaml_path.parent, version, tree.read)
+    return RefreshReport(ps.name, version, hashes)
