@@ -214,7 +214,8 @@ def parse_inventory(text: str, *, origin: str = "hosts.yaml") -> Inventory:
         msg = f"{origin}: invalid inventory: {head}"
         if len(problems) > 1:
             msg += "".join(f"\n  - {p}" for p in problems)
-        raise InventoryError(msg, hint=_fix(exc.errors()[0])) from exc
+        hints = list(dict.fromkeys(_fix(e) for e in exc.errors()))
+        raise InventoryError(msg, hint="; ".join(hints)) from exc
     return inv
 
 

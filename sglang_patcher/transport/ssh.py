@@ -133,11 +133,18 @@ class SSHTransport:
             raise
         except BadHostKeyException as exc:
             bad_host, bad_port = _split_hostport(exc.hostname)
+            hop = conn
+            while isinstance(hop, Connection):   # paramiko names the host only: find its port
+                if hop.host == bad_host:
+                    bad_port = hop.port
+                    break
+                hop = hop.gateway
+            known_name = bad_host if bad_port == 22 else f"[{bad_host}]:{bad_port}"
             raise HostKeyError(
                 f"{bad_host}:{bad_port}: host key CHANGED (got {exc.key.get_name()} SHA256:{_fingerprint(exc.key)}, "
                 f"known_hosts has SHA256:{_fingerprint(exc.expected_key)}); refusing to connect",
                 hint=("this may be an attack or a reinstalled host; after checking with its owner, "
-                      f"remove the old key (ssh-keygen -R '{exc.hostname}' -f {known_hosts})"
+                      f"remove the old key (ssh-keygen -R '{known_name}' -f {known_hosts})"
                       " and add the new one with ssh-keyscan")) from exc
         except paramiko.AuthenticationException as exc:
             raise TransportError(f"{self.name} ({where}): authentication failed ({exc})",

@@ -1,0 +1,182 @@
+"""The SSH transport against a real OpenSSH sshd on loopback (see tests/conftest.py)."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import time
+
+import pytest
+
+from sglang_patcher.errors import HostKeyError, TransportError
+from sglang_patcher.transport import connect
+from sglang_patcher.transport.ssh import SSHTransport
+
+pytestmark = pytest.mark.ssh
+
+PY = "/usr/bin/python3"
+
+
+def test_binary_stdin_stdout_round_trip(sshd):
+    host = sshd.host_entry(PY)
+    payload = bytes(range(256)) * 8192 + os.urandom(3_000_000)     # ~5 MB, every byte value
+    with connect(host) as t:
+        assert isinstance(t, SSHTransport)
+        r = t.run([PY, "-c", "import sys; d = sys.stdin.buffer.read(); "
+                             "sys.stdout.buffer.write(d[::-1]); sys.stderr.write('ok')"],
+                  stdin=payload)
+        assert r.ok and r.stdout == payload[::-1] and r.stderr == b"ok"
+        who = t.run(["id", "-un"])
+        assert who.stdout.decode().strip() == sshd.user
+        assert t.round_trips == 2
+
+
+def test_no_deadlock_when_both_streams_flood_while_stdin_is_still_sent(sshd):
+    # cat echoes while we are still writing; stderr gets 4 MB at the same time. Without
+    # concurrent pumping, one side's window fills and both ends wait forever.
+    host = sshd.host_entry(PY)
+    data = os.urandom(8 << 20)
+    script = ("import sys, threading\n"
+              "def err():\n    sys.stderr.buffer.write(b'e' * (4 << 20)); sys.stderr.flush()\n"
+              "t = threading.Thread(target=err); t.start()\n"
+              "while True:\n    b = sys.stdin.buffer.read1(65536)\n    if not b: break\n"
+              "    sys.stdout.buffer.write(b)\n"
+              "t.join()\n")
+    with connect(host) as t:
+        r = t.run([PY, "-c", script], stdin=data, timeout=60)
+    assert r.ok
+    assert hashlib.sha256(r.stdout).digest() == hashlib.sha256(data).digest()
+    assert len(r.stderr) == 4 << 20
+
+
+def test_exit_codes_quoting_and_round_trip_count(sshd):
+    host = sshd.host_entry(PY)
+    with connect(host) as t:
+        r = t.run(["sh", "-c", 'echo "$1"; exit 7', "sh", "a b;$(rm -rf /) 'q'"])
+        assert r.exit_code == 7 and r.stdout == b"a b;$(rm -rf /) 'q'\n"
+        assert not r.ok
+        with pytest.raises(Exception) as ei:
+            r.check()
+        assert "exit code 7" in str(ei.value)
+        missing = t.run(["/nonexistent/python", "-V"])
+        assert missing.exit_code == 127
+        assert t.round_trips == 2
+
+
+def test_sudo_prefixes_sudo_n(sshd):
+    with connect(sshd.host_entry(PY)) as t:
+        r = t.run(["true"], sudo=True)
+    assert r.argv[:3] == ["sudo", "-n", "true"]
+    assert not r.ok    # the test user has no sudo rights (or sudo is absent): it fails, never prompts
+
+
+def test_timeout_raises_transport_error(sshd):
+    with connect(sshd.host_entry(PY)) as t:
+        t0 = time.monotonic()
+        with pytest.raises(TransportError, match="timed out after 0.5 s"):
+            t.run(["sleep", "5"], timeout=0.5)
+        assert time.monotonic() - t0 < 4
+        assert t.run(["true"]).ok   # the connection is still usable
+
+
+def test_unknown_host_key_fails_closed(sshd, tmp_path):
+    empty = tmp_path / "known_hosts"
+    empty.write_text("")
+    host = sshd.host_entry(PY, known_hosts=str(empty))
+    with connect(host) as t:
+        with pytest.raises(HostKeyError) as ei:
+            t.run(["true"])
+    msg = str(ei.value)
+    assert f"127.0.0.1:{sshd.port}" in msg and "unknown" in msg
+    assert f"ssh-keyscan -p {sshd.port} 127.0.0.1 >> {empty}" in msg
+    assert ei.value.exit_code == 5
+    assert empty.read_text() == ""      # nothing was added behind the user's back
+
+
+def test_missing_known_hosts_file_fails_closed(sshd, tmp_path):
+    host = sshd.host_entry(PY, known_hosts=str(tmp_path / "absent"))
+    with connect(host) as t, pytest.raises(HostKeyError, match=f"127.0.0.1:{sshd.port}"):
+        t.run(["true"])
+    assert not (tmp_path / "absent").exists()
+
+
+def test_changed_host_key_fails_closed(sshd, tmp_path):
+    other = tmp_path / "other_key"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(other)], check=True)
+    kt, kb = other.with_suffix(".pub").read_text().split()[:2]
+    kh = tmp_path / "known_hosts"
+    kh.write_text(f"[127.0.0.1]:{sshd.port} {kt} {kb}\n")
+    with connect(sshd.host_entry(PY, known_hosts=str(kh))) as t:
+        with pytest.raises(HostKeyError) as ei:
+            t.run(["true"])
+    msg = str(ei.value)
+    assert f"127.0.0.1:{sshd.port}" in msg and "CHANGED" in msg and "ssh-keygen -R" in msg
+
+
+def test_wrong_client_key_is_an_authentication_error(sshd, tmp_path):
+    key = tmp_path / "stranger"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
+    with connect(sshd.host_entry(PY, identity_file=str(key))) as t:
+        with pytest.raises(TransportError, match="authentication failed") as ei:
+            t.run(["true"])
+    assert not isinstance(ei.value, HostKeyError)
+
+
+def test_closed_port_is_a_transport_error(sshd):
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    with connect(sshd.host_entry(PY, port=port)) as t:
+        with pytest.raises(TransportError, match="cannot connect"):
+            t.run(["true"])
+
+
+def _ssh_config(tmp_path, monkeypatch, sshd, body: str) -> None:
+    home = tmp_path / "home"
+    (home / ".ssh").mkdir(parents=True)
+    (home / ".ssh" / "config").write_text(body)
+    monkeypatch.setenv("HOME", str(home))
+
+
+def test_ssh_alias_resolved_through_ssh_config(sshd, tmp_path, monkeypatch):
+    _ssh_config(tmp_path, monkeypatch, sshd, f"""
+Host sglpatch-alias
+    HostName 127.0.0.1
+    Port {sshd.port}
+    User {sshd.user}
+    IdentityFile {sshd.identity_file}
+    UserKnownHostsFile {sshd.known_hosts}
+""")
+    from sglang_patcher.inventory import Host
+    host = Host(name="aliased", ssh_alias="sglpatch-alias", python=PY)
+    with connect(host) as t:
+        assert t.run(["id", "-un"]).stdout.decode().strip() == sshd.user
+
+
+def test_proxyjump_chain_with_strict_keys_on_every_hop(sshd, tmp_path, monkeypatch):
+    common = f"""    HostName 127.0.0.1
+    Port {sshd.port}
+    User {sshd.user}
+    IdentityFile {sshd.identity_file}
+    UserKnownHostsFile {sshd.known_hosts}
+"""
+    _ssh_config(tmp_path, monkeypatch, sshd,
+                f"Host jump1\n{common}\nHost jump2\n{common}    ProxyJump jump1\n"
+                f"Host target\n{common}    ProxyJump jump2\n")
+    from sglang_patcher.inventory import Host
+    logins_before = sshd.log().count("Accepted publickey")
+    with connect(Host(name="via-jumps", ssh_alias="target", python=PY)) as t:
+        r = t.run(["sh", "-c", "echo $SSH_CONNECTION"])
+    assert r.ok and r.stdout.split()[2] == b"127.0.0.1"
+    time.sleep(0.2)
+    # three logins: jump1, jump2 through jump1, target through jump2
+    assert sshd.log().count("Accepted publickey") - logins_before == 3
+
+    # a hop whose key is unknown stops the chain
+    kh = tmp_path / "empty_kh"
+    kh.write_text("")
+    with connect(Host(name="via-jumps", ssh_alias="target", python=PY, known_hosts=str(kh))) as t:
+        with pytest.raises(HostKeyError, match=f"127.0.0.1:{sshd.port}"):
+            t.run(["true"])
