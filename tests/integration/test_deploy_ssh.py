@@ -1,0 +1,186 @@
+"""The deploy transaction over a real OpenSSH sshd on loopback, against the real sglang 0.5.23 venv.
+
+The SSH login user is non-root and owns the venv (tests/conftest.py). The patchset here is crafted
+in the test from the installed ``spec_info.py`` (so it does not depend on the DDTree patchset); the
+DDTree patchset itself is exercised in ``test_deploy_ddtree.py``. Every outcome is checked by sha256
+against the installed distribution's RECORD. Round trips and seconds are printed (``-s``).
+"""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import os
+import stat
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from sglang_patcher.deploy import apply_to_host, host_status, plan_apply, rollback_host
+from sglang_patcher.discovery import discover
+from sglang_patcher.errors import CheckFailedError, DeployError, DriftError
+from sglang_patcher.mirror import snapshot
+from sglang_patcher.patchset import load_patchset
+from sglang_patcher.transport import connect
+from tests.support.venvs import site_packages_of
+
+pytestmark = [pytest.mark.ssh, pytest.mark.sglang]
+
+VERSION = "0.5.23"
+SPEC = "sglang/srt/speculative/spec_info.py"
+NEWMOD = "sglang/srt/speculative/sglpatch_probe_info.py"
+L1_OK = """
+import importlib.metadata as md, json
+dist = md.distribution("sglang")
+text = dist.locate_file("sglang/srt/speculative/spec_info.py").read_text()
+ok = "SGLPATCH_TEST_MARKER" in text
+print(json.dumps({"checks": [
+    {"name": "marker in spec_info.py", "status": "passed" if ok else "failed", "detail": ""},
+    {"name": "import sglang", "status": "skipped", "detail": "--no-deps install: torch missing"}]}))
+"""
+L1_FAIL = """
+import json
+print(json.dumps({"checks": [{"name": "from_string", "status": "failed",
+                              "detail": "ValueError: crafted failure"}]}))
+"""
+
+
+def sha(b):
+    return None if b is None else hashlib.sha256(b).hexdigest()
+
+
+def make_patchset(root: Path, release_sp: Path, *, l1: str = L1_OK) -> object:
+    """A one-patch patchset against the installed spec_info.py plus one new module (hashes rendered)."""
+    old = (release_sp / SPEC).read_text()
+    lines = old.splitlines(keepends=True)
+    at = next(i for i, line in enumerate(lines) if line.startswith("class "))
+    new_lines = lines[:at] + ["# SGLPATCH_TEST_MARKER\n"] + lines[at:]
+    patch = "".join(difflib.unified_diff(lines, new_lines, f"a/{SPEC}", f"b/{SPEC}"))
+    root.mkdir(parents=True)
+    (root / "0001.patch").write_text(patch)
+    (root / "probe_info.py").write_text("PROBE = True\n")
+    (root / "l1.py").write_text(l1)
+    spec = {"name": "sshprobe", "revision": 1,
+            "targets": {VERSION: {"series": ["0001.patch"], "new_files": {NEWMOD: "probe_info.py"},
+                                  "pristine": {SPEC: sha(old.encode())},
+                                  "expected": {SPEC: sha("".join(new_lines).encode()),
+                                               NEWMOD: sha(b"PROBE = True\n")}}},
+            "checks": {"l1": "l1.py"}}
+    (root / "patchset.yaml").write_text(yaml.safe_dump(spec))
+    return load_patchset(root)
+
+
+@pytest.fixture
+def conn(ssh_host, sglpatch_home):
+    t = connect(ssh_host)
+    yield t
+    t.close()
+
+
+def pristine_reader(target):
+    """Reads the cached pristine venv the target was cloned from (a local pristine copy)."""
+    base = site_packages_of(Path(target.pristine))
+
+    def read(rel):
+        f = base / rel
+        return f.read_bytes() if f.is_file() else None
+
+    return read
+
+
+def _live(target, rel):
+    f = Path(target.site_packages) / rel
+    return sha(f.read_bytes()) if f.exists() else None
+
+
+def test_apply_status_reapply_rollback_over_ssh(conn, ssh_host, sglang_target, sglpatch_home, tmp_path):
+    info = discover(conn, ssh_host)
+    ps = make_patchset(tmp_path / "ps", Path(sglang_target.site_packages))
+    spec_path = Path(sglang_target.site_packages) / SPEC
+    st0 = spec_path.stat()
+    cache = spec_path.parent / "__pycache__"
+    pycs_before = sorted(p.name for p in cache.glob("spec_info.*.pyc"))
+
+    t0, rt0 = time.monotonic(), conn.round_trips
+    snap = snapshot(conn, ssh_host, info, home=sglpatch_home)
+    snap_s, snap_rt = time.monotonic() - t0, conn.round_trips - rt0
+
+    res = apply_to_host(conn, ssh_host, info, ps, pristine=snap.mirror, home=sglpatch_home)
+    assert res.status == "applied", res.to_json()
+    assert res.checks.level_status("L0") == "passed"
+    assert [c.status for c in res.checks.checks if c.level == "L1"] == ["passed", "skipped"]
+    assert res.plan.pristine_sources[SPEC] == "mirror"
+    st1 = spec_path.stat()
+    assert (st1.st_uid, st1.st_gid, stat.S_IMODE(st1.st_mode)) == (st0.st_uid, st0.st_gid, stat.S_IMODE(st0.st_mode))
+    assert st1.st_ino != st0.st_ino  # replaced by rename, not written in place
+    if pycs_before:
+        assert not list(cache.glob("spec_info.*.pyc"))  # stale bytecode purged
+
+    status = host_status(conn, ssh_host, info, ps)
+    assert status.overall == "patched"
+    assert {f.path: (f.state, f.revision) for f in status.files} == {SPEC: ("patched", 1), NEWMOD: ("patched", 1)}
+
+    again = apply_to_host(conn, ssh_host, info, ps, pristine=snap.mirror, home=sglpatch_home)
+    assert again.status == "already_applied" and again.round_trips == 1
+
+    t1, rt1 = time.monotonic(), conn.round_trips
+    rb = rollback_host(conn, ssh_host, info, home=sglpatch_home)
+    rb_s, rb_rt = time.monotonic() - t1, conn.round_trips - rt1
+    assert rb.rolled_back == [res.deployment_id]
+    status = host_status(conn, ssh_host, info)
+    assert status.overall == "pristine"
+    for f in status.files:
+        if f.path == NEWMOD:
+            assert f.live is None
+        else:
+            assert f.live == f.record == info.record[f.path]
+    assert _live(sglang_target, SPEC) == info.record[SPEC]
+    print(f"\n[measure] loopback ssh, sglang {VERSION} ({snap.files} files): snapshot {snap_s:.2f} s / "
+          f"{snap_rt} round trips; apply {res.seconds:.2f} s / {res.round_trips} round trips "
+          f"(checks {res.checks.seconds}); re-apply {again.seconds:.2f} s / {again.round_trips}; "
+          f"rollback {rb_s:.2f} s / {rb_rt}")
+
+
+def test_drift_refused_over_ssh(conn, ssh_host, sglang_target, sglpatch_home, tmp_path):
+    info = discover(conn, ssh_host)
+    ps = make_patchset(tmp_path / "ps", Path(sglang_target.site_packages))
+    spec_path = Path(sglang_target.site_packages) / SPEC
+    drifted = spec_path.read_bytes() + b"\n# edited on the host\n"
+    spec_path.write_bytes(drifted)
+    with pytest.raises(DriftError) as ei:
+        apply_to_host(conn, ssh_host, info, ps, pristine=pristine_reader(sglang_target), home=sglpatch_home)
+    assert SPEC in str(ei.value)
+    assert spec_path.read_bytes() == drifted
+    assert not (Path(sglang_target.site_packages) / NEWMOD).exists()
+    assert not (Path(sglang_target.site_packages) / ".sglpatch" / "lock").exists()
+
+
+def test_failed_smoke_check_rolls_back_over_ssh(conn, ssh_host, sglang_target, sglpatch_home, tmp_path):
+    info = discover(conn, ssh_host)
+    ps = make_patchset(tmp_path / "ps", Path(sglang_target.site_packages), l1=L1_FAIL)
+    with pytest.raises(CheckFailedError) as ei:
+        apply_to_host(conn, ssh_host, info, ps, pristine=pristine_reader(sglang_target), home=sglpatch_home)
+    assert "crafted failure" in str(ei.value) and "rolled back" in str(ei.value)
+    assert _live(sglang_target, SPEC) == info.record[SPEC]
+    assert not (Path(sglang_target.site_packages) / NEWMOD).exists()
+    st = host_status(conn, ssh_host, info, ps)
+    assert st.overall == "pristine" and st.lock is None and st.deployments[-1]["phase"] == "rolled_back"
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to make a file the SSH user does not own")
+def test_root_owned_file_refused_before_any_write(conn, ssh_host, sglang_target, sglpatch_home, tmp_path):
+    info = discover(conn, ssh_host)
+    ps = make_patchset(tmp_path / "ps", Path(sglang_target.site_packages))
+    spec_path = Path(sglang_target.site_packages) / SPEC
+    os.chown(spec_path, 0, 0)
+    try:
+        with pytest.raises(DeployError) as ei:
+            apply_to_host(conn, ssh_host, info, ps, pristine=pristine_reader(sglang_target), home=sglpatch_home)
+        assert getattr(ei.value, "kind", None) == "not_writable"
+        assert "owned by root" in str(ei.value) and "sudo" in str(ei.value)
+        assert _live(sglang_target, SPEC) == info.record[SPEC]
+        assert not (Path(sglang_target.site_packages) / ".sglpatch").exists()
+    finally:
+        os.chown(spec_path, sglang_target.uid, sglang_target.gid)
