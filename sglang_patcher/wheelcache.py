@@ -1,0 +1,279 @@
+"""The pristine tree of an SGLang release, from its PyPI wheel (no SSH, no install).
+
+``pristine_tree(version)`` downloads ``sglang==version`` once with ``pip download --no-deps
+--only-binary=:all:`` (the interpreter running sglpatch, so pip's own configuration, index and cache
+apply) into ``sglpatch_home()/wheels/``, extracts ``sglang/**`` and the ``sglang-<v>.dist-info/``
+directory into ``wheels/sglang-<v>/tree/``, checks every extracted file against the wheel's RECORD
+(sha256, and that RECORD and the wheel list the same files), and writes ``wheels/sglang-<v>/manifest.json``.
+``__pycache__/`` and ``*.pyc`` are left out, as in host mirrors.
+
+Crash safety: the tree and its manifest are built in a temporary sibling directory
+(``wheels/.sglang-<v>.tmp-<pid>-<rand>/``), flushed, and renamed into place in one step; a directory
+``wheels/sglang-<v>/`` therefore always holds a verified tree with its manifest. Temporary directories
+of dead processes are removed on the next call. Downloads go to a temporary directory too, so a
+half-downloaded wheel is never taken for a cached one.
+
+Errors: a version that is not on PyPI (or has no wheel for this Python/platform), a pip failure, a
+corrupt wheel or a RECORD mismatch raise :class:`PatchsetError` with the reason and what to do.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import secrets
+import shutil
+import subprocess
+import sys
+import zipfile
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path, PurePosixPath
+
+from packaging.tags import sys_tags
+from packaging.utils import InvalidWheelFilename, parse_wheel_filename
+from packaging.version import InvalidVersion, Version
+
+from .errors import PatchsetError
+from .manifest import FileEntry, Manifest, read_record, sha256_bytes, sha256_file
+from .state import safe_component, sglpatch_home
+
+__all__ = ["WheelTree", "pristine_tree", "tree_from_wheel", "wheels_dir"]
+
+PIP_TIMEOUT_S = 1800
+
+
+@dataclass
+class WheelTree:
+    """A verified pristine tree: ``root`` (``wheels/sglang-<v>/``) holding ``tree/`` and ``manifest.json``.
+
+    ``manifest`` lists every file (site-packages-relative posix path, sha256, size, mode).
+    ``read(path)`` returns its bytes, or None for a path the release does not have.
+    """
+
+    version: str
+    root: Path
+    manifest: Manifest
+
+    @property
+    def tree(self) -> Path:
+        return self.root / "tree"
+
+    def path_of(self, path: str) -> Path:
+        """The local file of site-packages-relative ``path`` (not checked for existence)."""
+        return self.tree / _safe_rel(path)
+
+    def read(self, path: str) -> bytes | None:
+        """Bytes of ``path`` (site-packages-relative posix), None when the release has no such file."""
+        if _safe_rel(path) not in self.manifest.files:
+            return None
+        return self.path_of(path).read_bytes()
+
+    def verify(self) -> list[str]:
+        """Re-hash every file; returns the paths that no longer match the manifest (empty: intact)."""
+        bad = []
+        for path, entry in self.manifest.files.items():
+            f = self.path_of(path)
+            if not f.is_file() or sha256_file(f) != entry.sha256:
+                bad.append(path)
+        return bad
+
+
+def wheels_dir(home: Path | None = None) -> Path:
+    """``<home>/wheels`` (home defaults to :func:`sglpatch_home`)."""
+    return Path(home if home is not None else sglpatch_home()) / "wheels"
+
+
+def _check_version(version: str) -> str:
+    try:
+        Version(version)
+    except InvalidVersion:
+        raise PatchsetError(f"{version!r} is not a valid SGLang version", hint="e.g. 0.5.23") from None
+    if not re.match(r"^[0-9A-Za-z.+!-]+$", version):
+        raise PatchsetError(f"{version!r} is not a valid SGLang version", hint="e.g. 0.5.23")
+    return version
+
+
+def _safe_rel(path: str) -> str:
+    p = PurePosixPath(path)
+    if not path or p.is_absolute() or ".." in p.parts or "\\" in path:
+        raise PatchsetError(f"unsafe path {path!r}", hint="paths are relative to site-packages")
+    return str(p)
+
+
+def pristine_tree(version: str, home: Path | None = None) -> WheelTree:
+    """The verified pristine tree of ``sglang==version``, downloading and extracting it once.
+
+    ``home`` defaults to :func:`sglpatch_home`. The first call downloads (~40 MB for 0.5.23) and
+    extracts (~6,400 files); later calls read ``manifest.json`` only. Raises :class:`PatchsetError`
+    for an unknown version, a pip failure or a wheel that does not match its RECORD.
+    """
+    _check_version(version)
+    wheels = wheels_dir(home)
+    final = wheels / f"sglang-{safe_component(version)}"
+    if (final / "manifest.json").is_file():
+        return _open(final, version)
+    wheels.mkdir(parents=True, exist_ok=True)
+    _clean_stale(wheels)
+    if final.exists():            # a directory without manifest was never published by us: discard
+        shutil.rmtree(final)
+    whl = _cached_wheel(wheels, version)
+    if whl is None:
+        whl = _download(version, wheels)
+    try:
+        return tree_from_wheel(whl, version, final)
+    except PatchsetError as exc:
+        whl.unlink(missing_ok=True)   # never keep a wheel that failed verification
+        raise PatchsetError(f"{exc.message} (the cached wheel {whl.name} was removed)",
+                            hint="run the command again to download it afresh") from exc
+
+
+def _open(final: Path, version: str) -> WheelTree:
+    manifest = Manifest.load(final / "manifest.json")
+    if manifest.sglang_version != version:
+        raise PatchsetError(f"{final}: manifest is for sglang {manifest.sglang_version}, not {version}",
+                            hint=f"delete {final} and run again")
+    return WheelTree(version, final, manifest)
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _clean_stale(wheels: Path) -> None:
+    """Remove temporary build/download directories left by processes that no longer run."""
+    for d in wheels.iterdir():
+        m = re.match(r"^\..*\.(?:tmp|download)-(\d+)-[0-9a-f]+$", d.name)
+        if m and d.is_dir() and not _pid_alive(int(m.group(1))):
+            shutil.rmtree(d, ignore_errors=True)
+
+
+def _cached_wheel(wheels: Path, version: str) -> Path | None:
+    tags = set(sys_tags())
+    want = Version(version)
+    for whl in sorted(wheels.glob("sglang-*.whl")):
+        try:
+            name, ver, _, wtags = parse_wheel_filename(whl.name)
+        except InvalidWheelFilename:
+            continue
+        if name == "sglang" and ver == want and wtags & tags:
+            return whl
+    return None
+
+
+def _download(version: str, wheels: Path) -> Path:
+    tmp = wheels / f".sglang-{safe_component(version)}.download-{os.getpid()}-{secrets.token_hex(4)}"
+    tmp.mkdir(parents=True)
+    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
+           "--disable-pip-version-check", "--no-input", "-d", str(tmp), f"sglang=={version}"]
+    try:
+        try:
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=PIP_TIMEOUT_S)
+        except subprocess.TimeoutExpired as exc:
+            raise PatchsetError(f"pip download sglang=={version} did not finish in {PIP_TIMEOUT_S} s",
+                                hint="check the network / index configuration (pip config list)") from exc
+        if proc.returncode != 0:
+            out = (proc.stderr or "") + (proc.stdout or "")
+            if "No matching distribution found" in out or "Could not find a version" in out:
+                m = re.search(r"\(from versions: ([^)]*)\)", out)
+                known = [v.strip() for v in m.group(1).split(",")] if m else []
+                tail = f"; latest known: {', '.join(known[-5:])}" if known and known != ["none"] else ""
+                raise PatchsetError(
+                    f"sglang=={version} is not on PyPI (or has no wheel for Python "
+                    f"{sys.version_info.major}.{sys.version_info.minor} on this platform){tail}",
+                    hint="pick a released version: https://pypi.org/project/sglang/#history")
+            lines = [ln for ln in out.strip().splitlines() if ln.strip()][-8:]
+            raise PatchsetError(f"pip download sglang=={version} failed (exit {proc.returncode}):\n    "
+                                + "\n    ".join(lines),
+                                hint="check the network / index configuration (pip config list)")
+        found = sorted(tmp.glob("sglang-*.whl"))
+        if len(found) != 1:
+            raise PatchsetError(f"pip download sglang=={version} produced {len(found)} sglang wheels in {tmp}")
+        dest = wheels / found[0].name
+        os.replace(found[0], dest)
+        return dest
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _skip(name: str) -> bool:
+    return "/__pycache__/" in f"/{name}" or name.endswith(".pyc")
+
+
+def tree_from_wheel(wheel: Path, version: str, dest: Path) -> WheelTree:
+    """Extract and verify ``sglang/**`` and the dist-info of ``wheel`` into ``dest`` (atomically).
+
+    ``dest`` must not exist; it appears (with ``tree/`` and ``manifest.json``) only once everything
+    verified. Raises :class:`PatchsetError` for a corrupt wheel, a missing or mismatching RECORD, a
+    file present on one side only, an unsafe member name, or a METADATA version other than ``version``.
+    """
+    _check_version(version)
+    where = f"wheel {wheel.name}"
+    tmp = dest.parent / f".{dest.name}.tmp-{os.getpid()}-{secrets.token_hex(4)}"
+    try:
+        with zipfile.ZipFile(wheel) as zf:
+            infos = [i for i in zf.infolist() if not i.is_dir()]
+            records = [i.filename for i in infos if re.match(r"^sglang-[^/]+\.dist-info/RECORD$", i.filename)]
+            if len(records) != 1:
+                raise PatchsetError(f"{where}: expected one sglang-*.dist-info/RECORD, found {len(records)}")
+            dist_info = records[0].rsplit("/", 1)[0]
+            record = read_record(zf.read(records[0]).decode("utf-8"))
+            meta = zf.read(f"{dist_info}/METADATA").decode("utf-8", "replace")
+            m = re.search(r"^Version:\s*(\S+)\s*$", meta, re.M)
+            if not m or Version(m.group(1)) != Version(version):
+                raise PatchsetError(f"{where}: METADATA says version {m.group(1) if m else '?'}, wanted {version}")
+            wanted = [i for i in infos if (i.filename.startswith("sglang/") or i.filename.startswith(dist_info + "/"))
+                      and not _skip(i.filename)]
+            tree = tmp / "tree"
+            tree.mkdir(parents=True)
+            files: dict[str, FileEntry] = {}
+            problems: list[str] = []
+            for info in wanted:
+                name = _safe_rel(info.filename)
+                data = zf.read(info)                     # zipfile checks the CRC
+                sha = sha256_bytes(data)
+                listed = record.get(name, "missing")
+                if name != records[0]:
+                    if listed == "missing":
+                        problems.append(f"{name}: in the wheel but not in RECORD")
+                    elif listed != sha:
+                        problems.append(f"{name}: sha256 {sha[:12]} but RECORD says {str(listed)[:12]}")
+                mode = (info.external_attr >> 16) & 0o7777 or 0o644
+                out = tree / name
+                out.parent.mkdir(parents=True, exist_ok=True)
+                out.write_bytes(data)
+                os.chmod(out, mode)
+                files[name] = FileEntry(name, sha, len(data), mode)
+            for name in record:
+                if (name.startswith("sglang/") or name.startswith(dist_info + "/")) and not _skip(name) \
+                        and name not in files:
+                    problems.append(f"{name}: in RECORD but not in the wheel")
+            if problems:
+                shown = problems[:10] + ([f"... and {len(problems) - 10} more"] if len(problems) > 10 else [])
+                raise PatchsetError(f"{where} does not match its RECORD:\n    " + "\n    ".join(shown),
+                                    hint="the download is corrupt or tampered with")
+        manifest = Manifest(source=f"wheel:sglang=={version}", sglang_version=version, site_packages=None,
+                            files=files, created=datetime.now(timezone.utc).isoformat(timespec="seconds"))
+        manifest.save(tmp / "manifest.json")
+        os.sync()                                         # the tree is durable before it is published
+        try:
+            os.rename(tmp, dest)
+        except OSError:
+            if (dest / "manifest.json").is_file():        # another process published it first
+                shutil.rmtree(tmp, ignore_errors=True)
+                return _open(dest, version)
+            raise
+        return WheelTree(version, dest, manifest)
+    except zipfile.BadZipFile as exc:
+        raise PatchsetError(f"{where}: not a valid zip file ({exc})") from exc
+    except KeyError as exc:
+        raise PatchsetError(f"{where}: missing member {exc}") from exc
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)

@@ -1,0 +1,95 @@
+"""The wheel cache against the real sglang==0.5.23 wheel from PyPI (marker ``sglang``).
+
+The download is cached between runs under ``$SGLPATCH_TEST_WHEEL_HOME`` (default
+``/var/tmp/sglpatch-tests/wheel-home``); every run extracts and verifies a fresh tree from it.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from sglang_patcher.errors import PatchsetError
+from sglang_patcher.manifest import read_record
+from sglang_patcher.patchset import load_patchset
+from sglang_patcher.wheelcache import pristine_tree, tree_from_wheel, wheels_dir
+
+pytestmark = pytest.mark.sglang
+
+V = "0.5.23"
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def wheel_home() -> Path:
+    home = Path(os.environ.get("SGLPATCH_TEST_WHEEL_HOME", "/var/tmp/sglpatch-tests/wheel-home"))
+    home.mkdir(parents=True, exist_ok=True)
+    return home
+
+
+@pytest.fixture(scope="module")
+def tree(wheel_home):
+    try:
+        return pristine_tree(V, home=wheel_home)
+    except PatchsetError as exc:
+        if os.environ.get("CI"):
+            raise
+        pytest.skip(f"cannot fetch sglang=={V}: {exc}")
+
+
+def _record(whl: Path) -> tuple[str, dict[str, str | None]]:
+    with zipfile.ZipFile(whl) as zf:
+        name = next(n for n in zf.namelist() if n.endswith(".dist-info/RECORD"))
+        return name, read_record(zf.read(name).decode())
+
+
+def test_fresh_extraction_matches_record(tree, wheel_home, tmp_path):
+    whls = sorted(wheels_dir(wheel_home).glob(f"sglang-{V}-*.whl"))
+    assert whls, "the wheel is kept in the cache"
+    record_name, record = _record(whls[0])
+    t0 = time.monotonic()
+    fresh = tree_from_wheel(whls[0], V, tmp_path / f"sglang-{V}")
+    took = time.monotonic() - t0
+    files = fresh.manifest.files
+    hashed = {p: h for p, h in record.items() if h is not None}
+    assert set(files) == set(hashed) | {record_name}          # the wheel has no .pyc; RECORD lists all
+    assert all(files[p].sha256 == h for p, h in hashed.items())
+    assert len(files) > 5000 and took < 120
+    assert fresh.verify() == []
+    assert files == tree.manifest.files                        # the cached tree is the same
+
+
+def test_cached_tree_reads_release_files(tree):
+    t0 = time.monotonic()
+    again = pristine_tree(V, home=tree.root.parent.parent)
+    assert time.monotonic() - t0 < 2                           # manifest only, no download
+    spec = again.read("sglang/srt/speculative/spec_info.py")
+    assert spec is not None and b"class SpeculativeAlgorithm" in spec and b"DFLASH" in spec
+    assert again.read("sglang/srt/speculative/ddtree_worker.py") is None
+    assert again.read(f"sglang-{V}.dist-info/METADATA").startswith(b"Metadata-Version")
+
+
+def test_version_not_on_pypi_is_one_clear_error(tmp_path, tree):
+    with pytest.raises(PatchsetError) as exc:
+        pristine_tree("0.0.999", home=tmp_path)
+    msg = str(exc.value)
+    assert "sglang==0.0.999 is not on PyPI" in msg and "pypi.org/project/sglang" in msg
+    assert not any(wheels_dir(tmp_path).iterdir())             # no half download left
+
+
+@pytest.mark.skipif(not (REPO / "patchsets/ddtree/patchset.yaml").is_file(),
+                    reason="patchsets/ddtree/patchset.yaml is not written yet")
+def test_ddtree_renders_cleanly_on_the_release(tree):
+    ps = load_patchset(REPO / "patchsets" / "ddtree")
+    result = ps.render(V, tree.read)                           # pristine + expected hashes checked
+    assert result.changed_files()
+    assert all(h.status in ("applied", "offset") for h in result.hunks), \
+        [h for h in result.hunks if h.status == "already_applied"]
+    text = result.diff_text()
+    assert "DDTREE" in text
+    # and it is the named lookup that the CLI uses
+    assert load_patchset("ddtree", search=[REPO / "patchsets"]).revision == ps.revision
