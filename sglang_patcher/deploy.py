@@ -367,12 +367,15 @@ class PristineSource:
         if path in self._cache:
             return self._cache[path]
         if path not in self.hashes:
-            raise PatchsetError(f"the patchset touches {path} but lists no pristine sha256 for it",
-                                hint="add it to `pristine:` in patchset.yaml (null for a new file)")
+            # the patchset format lets ``pristine`` omit files the patchset creates: absent in the
+            # release. (Patchset.render refuses a file that exists but has no pristine hash.)
+            self._cache[path] = None
+            self.used[path] = "not in the release"
+            return None
         want = self.hashes[path]
         if want is None:
             self._cache[path] = None
-            self.used[path] = "absent in the release"
+            self.used[path] = "not in the release"
             return None
         tried = []
         for name, reader in self.readers:
@@ -405,7 +408,8 @@ def _reader_of(obj: Any) -> Callable[[str], bytes | None] | None:
     raise TypeError(f"not a pristine reader: {obj!r}")
 
 
-def _wheel_reader(version: str, home: Path | None) -> Callable[[str], bytes | None]:
+def wheel_reader(version: str, home: Path | None = None) -> Callable[[str], bytes | None]:
+    """``read(path)`` over the pristine PyPI wheel of sglang ``version`` (downloaded on first use)."""
     tree: list[Any] = []
 
     def read(path: str) -> bytes | None:
@@ -415,6 +419,9 @@ def _wheel_reader(version: str, home: Path | None) -> Callable[[str], bytes | No
         return tree[0].read(path)
 
     return read
+
+
+_wheel_reader = wheel_reader  # the name service.py uses
 
 
 def _local_backups_all(home: Path, host: str, path: str) -> list[bytes]:
@@ -716,6 +723,7 @@ def save_local_record(home: Path, host: str, record: dict[str, Any],
                       backups: dict[str, bytes] | None = None) -> Path:
     """Write the local copy of a host's deployment record (and its backups); returns the record path."""
     rec_path, bdir = _local_paths(home, host, record["id"])
+    record = dict(record, host=host)
     rec_path.parent.mkdir(parents=True, exist_ok=True)
     tmp = rec_path.with_name(rec_path.name + ".tmp")
     tmp.write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
@@ -774,7 +782,7 @@ def plan_apply(transport: Transport, host: Any, info: Any, patchset: Any, *, pri
     readers.append(("local backups", _MultiLocalBackups(home, name, pristine_h)))
     readers.append(("host backups", _HostBackups(agent, list(reversed(inspect.get("deployments", []))),
                                                  pristine_h)))
-    readers.append((f"wheel sglang=={version}", _wheel_reader(version, home)))
+    readers.append((f"wheel sglang=={version}", wheel_reader(version, home)))
     # paths only an earlier revision touched go back to pristine; None = absent in the release
     src = PristineSource({p: pristine_h.get(p) for p in paths}, readers)
     result = _render(patchset, version, src.read)
@@ -871,7 +879,7 @@ def _verify_and_finish(agent: AgentClient, transport: Transport, host: Any, info
     report = checks_mod.run_checks(transport, host, info, files, patchset)
     if not report.gate_passed:
         progress("rollback", f"smoke checks failed; rolling back {record['id']}")
-        rb = agent.rollback(record["id"], holder, break_lock=True)
+        rb = agent.rollback(record["id"], holder)
         rec = dict(rb["deployment"], checks=report.summary())
         save_local_record(home, name, rec)
         raise CheckFailedError(
@@ -914,6 +922,10 @@ def apply_to_host(transport: Transport, host: Any, info: Any, patchset: Any, *, 
                             round_trips=transport.round_trips - rt0, seconds=time.monotonic() - t0, **kw)
 
     j = ins.get("journal")
+    if j is not None and dry_run:
+        recovered.append(f"deployment {j.get('id')} ({j.get('patchset')} r{j.get('revision')}) was interrupted "
+                         f"in phase {j.get('phase')}; a real run resumes it (same patchset and revision) or "
+                         f"rolls it back first")
     if j is not None and not dry_run:
         takeover = _lock_takeover(name, ins.get("lock"), break_lock, f"deployment {j.get('id')} is pending")
         holder = make_holder(j.get("id"))
