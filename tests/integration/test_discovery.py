@@ -1,0 +1,149 @@
+"""Discovery on the real sglang 0.5.23 venv, over real SSH and locally; ambiguity is refused."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+
+import pytest
+
+from sglang_patcher.discovery import discover
+from sglang_patcher.errors import DiscoveryError
+from sglang_patcher.manifest import read_record
+from sglang_patcher.transport import connect
+
+pytestmark = [pytest.mark.sglang]
+
+
+def _check_info(info, target, host):
+    assert info.host == host.name
+    assert info.sglang_version == "0.5.23"
+    assert info.interpreter == str(target)
+    assert info.python_version.startswith("3.")
+    assert info.site_packages == str(target.site_packages)
+    assert info.package_dir == str(target.package_dir)
+    assert info.dist_info == "sglang-0.5.23.dist-info"
+    assert [d.version for d in info.distributions] == ["0.5.23"]
+    assert info.writable and info.unwritable_count == 0
+    assert info.free_bytes > 0
+    expected = read_record((target.site_packages / info.dist_info / "RECORD").read_text())
+    assert info.record == expected and len(info.record) > 10_000
+    assert info.record["sglang/version.py"] is not None
+    assert "record" not in info.to_dict() and info.to_dict()["sglang_version"] == "0.5.23"
+
+
+@pytest.mark.ssh
+def test_discover_over_ssh_in_one_round_trip(ssh_host, sglang_target, sshd):
+    with connect(ssh_host) as t:
+        info = discover(t, ssh_host)
+        assert t.round_trips == 1
+    _check_info(info, sglang_target, ssh_host)
+    assert info.user == sshd.user
+
+
+def test_discover_local(local_host, local_target):
+    with connect(local_host) as t:
+        info = discover(t, local_host)
+        assert t.round_trips == 1
+    _check_info(info, local_target, local_host)
+
+
+@pytest.mark.ssh
+def test_read_only_install_is_reported(ssh_host, sglang_target):
+    f = sglang_target.package_dir / "srt" / "server_args.py"
+    os.chmod(f, 0o444)
+    with connect(ssh_host) as t:
+        info = discover(t, ssh_host)
+    assert not info.writable and info.unwritable_count == 1
+    assert info.unwritable == ["sglang/srt/server_args.py"]
+
+
+@pytest.mark.ssh
+def test_missing_interpreter_names_host_path_and_fix(sshd):
+    host = sshd.host_entry("/opt/nowhere/bin/python", name="gpu-x")
+    with connect(host) as t, pytest.raises(DiscoveryError) as ei:
+        discover(t, host)
+    e = ei.value
+    assert "gpu-x" in e.message and "/opt/nowhere/bin/python" in e.message and "does not exist" in e.message
+    assert "hosts.yaml" in e.hint and "python" in e.hint
+    assert e.exit_code == 6
+
+
+@pytest.mark.ssh
+def test_non_executable_interpreter_over_ssh(sshd, sglang_target):
+    fake = sglang_target.venv / "bin" / "python-noexec"
+    fake.write_text("")
+    os.chmod(fake, 0o644)
+    host = sshd.host_entry(str(fake), name="gpu-y")
+    with connect(host) as t, pytest.raises(DiscoveryError, match="gpu-y: interpreter .* is not executable"):
+        discover(t, host)
+
+
+def test_missing_interpreter_local(tmp_path):
+    from sglang_patcher.inventory import Host
+    host = Host(name="loc", transport="local", python=str(tmp_path / "bin/python"))
+    with pytest.raises(DiscoveryError, match="does not exist"):
+        discover(connect(host), host)
+
+
+def test_interpreter_without_sglang_is_refused(tmp_path):
+    from sglang_patcher.inventory import Host
+    venv = tmp_path / "empty-venv"
+    subprocess.run(["/usr/bin/python3", "-m", "venv", "--without-pip", str(venv)], check=True)
+    host = Host(name="bare", transport="local", python=str(venv / "bin/python"))
+    with pytest.raises(DiscoveryError) as ei:
+        discover(connect(host), host)
+    assert "no SGLang distribution is visible" in ei.value.message
+    assert str(venv / "bin/python") in ei.value.message
+
+
+def _second_install(target, version: str = "0.5.22"):
+    """A second sglang distribution on sys.path: a directory added by a .pth file (as a develop
+    install or a stray PYTHONPATH does), holding a real copy of the dist-info with another version."""
+    extra = target.site_packages / "zz-extra-site"
+    extra.mkdir()
+    src = target.site_packages / "sglang-0.5.23.dist-info"
+    dst = extra / f"sglang-{version}.dist-info"
+    shutil.copytree(src, dst)
+    meta = (dst / "METADATA").read_text().replace("Version: 0.5.23", f"Version: {version}", 1)
+    (dst / "METADATA").write_text(meta)
+    (target.site_packages / "zz-extra.pth").write_text(str(extra) + "\n")
+    if os.geteuid() == 0:
+        for p in [extra, *extra.rglob("*"), target.site_packages / "zz-extra.pth"]:
+            os.chown(p, target.uid, target.gid)
+    return extra
+
+
+@pytest.mark.ssh
+def test_two_visible_installs_are_refused_naming_each(ssh_host, sglang_target):
+    extra = _second_install(sglang_target)
+    with connect(ssh_host) as t, pytest.raises(DiscoveryError) as ei:
+        discover(t, ssh_host)
+    msg = ei.value.message
+    assert "2 SGLang installs are visible" in msg
+    assert f"sglang 0.5.23 at {sglang_target.site_packages}" in msg
+    assert f"sglang 0.5.22 at {extra}" in msg
+    assert "uninstall" in ei.value.hint
+
+
+def test_two_visible_installs_refused_locally(local_host, local_target):
+    _second_install(local_target, "0.5.24")
+    with pytest.raises(DiscoveryError, match="2 SGLang installs"):
+        discover(connect(local_host), local_host)
+
+
+def test_editable_install_is_refused(local_host, local_target):
+    di = local_target.site_packages / "sglang-0.5.23.dist-info"
+    (di / "direct_url.json").write_text(json.dumps(
+        {"url": "file:///src/sglang/python", "dir_info": {"editable": True}}))
+    with pytest.raises(DiscoveryError, match="editable install"):
+        discover(connect(local_host), local_host)
+
+
+def test_package_without_metadata_shadowing(local_host, local_target, tmp_path):
+    # the dist-info is there but the package directory is gone: a broken install
+    shutil.rmtree(local_target.package_dir)
+    with pytest.raises(DiscoveryError, match="no importable `sglang` package"):
+        discover(connect(local_host), local_host)
