@@ -332,6 +332,7 @@ class _Hunk:
     source_start: int
     source_length: int
     target_start: int
+    target_length: int
     diff_line: int | None
 
 
@@ -373,7 +374,7 @@ def _hunks(pf, source: str, path: str) -> list[_Hunk]:
                                          hunk.target_start, hunk.target_length)
         first = hunk[0].diff_line_no if len(hunk) and hunk[0].diff_line_no else None
         out.append(_Hunk(i, header, old, new, lead, trail, hunk.source_start, hunk.source_length,
-                         hunk.target_start, first - 1 if first else None))
+                         hunk.target_start, hunk.target_length, first - 1 if first else None))
     return out
 
 
@@ -635,7 +636,7 @@ def _apply_hunks(cur: bytes, hunks: list[_Hunk], source: str, path: str, work: _
                 if applied_at:
                     pos = applied_at[0]
                     reports.append(HunkReport(source, name, h.index, h.header, "already_applied",
-                                              pos - (h.target_start - 1 if h.source_length else h.target_start),
+                                              pos - (h.target_start - 1 if h.target_length else h.target_start),
                                               pos + 1))
                     delta += len(new) - len(old)
                     floor = pos + len(new)

@@ -444,9 +444,14 @@ def test_git_diff_output_round_trip(tmp_path: Path):
         assert change.new == (disk.read_bytes() if disk.exists() else None), path
     assert r.files["sglang/m.sh"].new_mode == 0o755
     assert r.files["sglang/moved.py"].renamed_from == "sglang/mv.py"
+    # `git format-patch` output (mail header, diffstat, signature) gives the same result
+    subprocess.run(git + ["commit", "-qm", "change"], check=True)
+    mail = subprocess.run(git + ["format-patch", "-1", "--stdout", "-M"], check=True, capture_output=True).stdout
+    r2 = apply_patch(mail.decode("utf-8", "surrogateescape"), reader(old), source="0001-change.patch")
+    assert {p: c.new for p, c in r2.files.items()} == {p: c.new for p, c in r.files.items()}
     # and git itself accepts our display diff
     display = r.diff_text()
-    subprocess.run(git + ["reset", "-q", "--hard", "HEAD"], check=True)
+    subprocess.run(git + ["reset", "-q", "--hard", "HEAD~1"], check=True)
     chk = subprocess.run(git + ["apply", "--check", "-"], input=display.encode("utf-8", "surrogateescape"),
                          capture_output=True)
     assert chk.returncode == 0, chk.stderr.decode()
