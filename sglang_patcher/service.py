@@ -258,7 +258,7 @@ def diff_patchset(name: str, *, host: Host | None = None, version: str | None = 
         paths = ps.touched_paths(version)
         reader = deploy.PristineSource(dict(ps.target(version).pristine),
                                        [("mirror", snap.mirror.read),
-                                        ("wheel", deploy._wheel_reader(version, home))])
+                                        ("wheel", deploy.wheel_reader(version, home))])
         for p in paths:
             reader.read(p)
         return DiffReport(ps, version, f"host {host.name} (pristine via {', '.join(sorted(set(reader.used.values())))})",

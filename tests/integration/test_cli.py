@@ -1,0 +1,236 @@
+"""The ``sglpatch`` command line end to end: real sshd on loopback, real sglang 0.5.23 venvs.
+
+Each test writes its own hosts.yaml and calls the CLI's ``main`` in-process (exit codes and ``--json``
+output are what a user and a CI script see).
+"""
+
+from __future__ import annotations
+
+import base64
+import csv
+import hashlib
+import io
+import json
+import os
+from pathlib import Path
+
+import pytest
+import yaml
+
+from sglang_patcher.cli import main
+
+pytestmark = [pytest.mark.sglang]
+
+VERSION = "0.5.23"
+
+
+def write_hosts(path: Path, *hosts) -> Path:
+    """hosts.yaml holding the given inventory Host objects."""
+    data = {"hosts": {h.name: h.model_dump(exclude_none=True, exclude={"name"}) for h in hosts}}
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def run_cli(capsys, *args: str) -> tuple[int, str, str]:
+    capsys.readouterr()
+    code = main(list(args))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def run_json(capsys, *args: str):
+    code, out, err = run_cli(capsys, "--json", *args)
+    try:
+        return code, json.loads(out), err
+    except ValueError:
+        raise AssertionError(f"not JSON (exit {code}):\n{out}\n--- stderr\n{err}")
+
+
+def record_hashes(site_packages: Path) -> dict[str, str]:
+    """{path: hex sha256} from the installed distribution's RECORD (entries that carry a hash)."""
+    record = next(site_packages.glob("sglang-*.dist-info")) / "RECORD"
+    out = {}
+    for row in csv.reader(io.StringIO(record.read_text())):
+        if len(row) > 1 and row[1].startswith("sha256="):
+            out[row[0]] = base64.urlsafe_b64decode(row[1][7:] + "==").hex()
+    return out
+
+
+def live_hash(site_packages: Path, rel: str) -> str | None:
+    p = site_packages / rel
+    return hashlib.sha256(p.read_bytes()).hexdigest() if p.exists() else None
+
+
+def file_states(status_json) -> dict[str, str]:
+    return {f["path"]: f["state"] for f in status_json["files"]}
+
+
+def test_diff_against_the_pypi_wheel_needs_no_ssh(capsys, sglpatch_home):
+    code, out, err = run_cli(capsys, "diff", "ddtree", "--sglang", VERSION)
+    assert code == 0, err
+    assert "+    DDTREE = auto()" in out
+    assert "sglang/srt/speculative/spec_info.py" in out
+
+    code, data, err = run_json(capsys, "diff", "ddtree", "--sglang", VERSION)
+    assert code == 0, err
+    assert data["revision"] >= 1
+    assert "sglang/srt/speculative/spec_info.py" in data["files"]
+    assert "+    DDTREE = auto()" in data["diff"]
+
+
+def test_diff_of_an_unsupported_release_lists_the_supported_ones(capsys, sglpatch_home):
+    code, out, err = run_cli(capsys, "diff", "ddtree", "--sglang", "0.4.0")
+    assert code == 3
+    assert "0.4.0" in err and VERSION in err
+
+
+def test_diff_needs_exactly_one_target(capsys, sglpatch_home):
+    code, _, err = run_cli(capsys, "diff", "ddtree")
+    assert code == 2 and "--sglang" in err
+
+
+@pytest.mark.ssh
+def test_the_whole_story_over_ssh(capsys, tmp_path, sglpatch_home, sshd, sglang_target):
+    host = sshd.host_entry(sglang_target, name="gpu-test")
+    hosts = write_hosts(tmp_path / "hosts.yaml", host)
+    site = sglang_target.site_packages
+    record = record_hashes(site)
+
+    code, data, err = run_json(capsys, "--hosts", str(hosts), "hosts", "--check")
+    assert code == 0, err
+    assert data["hosts"]["gpu-test"]["ok"] is True
+    assert data["hosts"]["gpu-test"]["sglang_version"] == VERSION
+
+    code, data, err = run_json(capsys, "--hosts", str(hosts), "snapshot", "gpu-test")
+    assert code == 0, err
+    assert data["files"] > 1000 and data["round_trips"] <= 3
+
+    code, data, err = run_json(capsys, "--hosts", str(hosts), "diff", "ddtree", "--host", "gpu-test")
+    assert code == 0, err
+    assert "+    DDTREE = auto()" in data["diff"]
+
+    # without --yes and without a terminal, apply refuses rather than deploying unasked
+    code, _, err = run_cli(capsys, "--hosts", str(hosts), "apply", "ddtree", "--host", "gpu-test")
+    assert code == 2 and "--yes" in err
+    assert all(live_hash(site, p) == record[p] for p in record if p.endswith("spec_info.py"))
+
+    code, data, err = run_json(capsys, "--hosts", str(hosts), "apply", "ddtree", "--host",
+                               "gpu-test", "--yes")
+    assert code == 0, err
+    assert data["status"] == "applied"
+    checks = {c["name"]: c["status"] for c in data["checks"]["checks"]}
+    assert any(n.startswith("L0") for n in checks) and all(
+        s == "passed" for n, s in checks.items() if n.startswith("L0")), checks
+
+    code, data, err = run_json(capsys, "--hosts", str(hosts), "status", "--host", "gpu-test",
+                               "--patchset", "ddtree")
+    assert code == 0, err
+    states = file_states(data)
+    assert states and all(s.startswith("patched") for s in states.values()), states
+
+    code, data, err = run_json(capsys, "--hosts", str(hosts), "apply", "ddtree", "--host",
+                               "gpu-test", "--yes")
+    assert code == 0, err
+    assert data["status"] == "already_applied"
+
+    code, data, err = run_json(capsys, "--hosts", str(hosts), "rollback", "--host", "gpu-test")
+    assert code == 0, err
+
+    code, data, err = run_json(capsys, "--hosts", str(hosts), "status", "--host", "gpu-test",
+                               "--patchset", "ddtree")
+    assert code == 0, err
+    states = file_states(data)
+    assert all(s in ("pristine", "absent") for s in states.values()), states
+    for path in states:
+        if path in record:
+            assert live_hash(site, path) == record[path], path
+        else:
+            assert live_hash(site, path) is None, f"{path} was added and must be gone"
+
+
+@pytest.mark.ssh
+def test_rollback_without_host_takes_the_latest_deployment(capsys, tmp_path, sglpatch_home,
+                                                          sshd, sglang_target):
+    host = sshd.host_entry(sglang_target, name="gpu-test")
+    hosts = write_hosts(tmp_path / "hosts.yaml", host)
+    code, _, err = run_json(capsys, "--hosts", str(hosts), "apply", "ddtree", "--host", "gpu-test",
+                            "--yes")
+    assert code == 0, err
+    code, _, err = run_cli(capsys, "--hosts", str(hosts), "rollback")
+    assert code == 0, err
+    assert "gpu-test" in err + _
+    record = record_hashes(sglang_target.site_packages)
+    p = "sglang/srt/speculative/spec_info.py"
+    assert live_hash(sglang_target.site_packages, p) == record[p]
+
+
+def test_the_whole_story_over_the_local_transport(capsys, tmp_path, sglpatch_home, local_target):
+    from sglang_patcher.inventory import Host
+
+    hosts = write_hosts(tmp_path / "hosts.yaml",
+                        Host(name="here", transport="local", python=str(local_target)))
+    site = local_target.site_packages
+    record = record_hashes(site)
+    code, data, err = run_json(capsys, "--hosts", str(hosts), "apply", "ddtree", "--host", "here",
+                               "--yes")
+    assert code == 0, err
+    assert data["status"] == "applied"
+    code, data, err = run_json(capsys, "--hosts", str(hosts), "status", "--host", "here")
+    assert code == 0, err
+    assert all(s.startswith("patched") for s in file_states(data).values())
+    code, _, err = run_json(capsys, "--hosts", str(hosts), "rollback", "--host", "here")
+    assert code == 0, err
+    p = "sglang/srt/speculative/spec_info.py"
+    assert live_hash(site, p) == record[p]
+
+
+def test_drift_is_refused_then_forced(capsys, tmp_path, sglpatch_home, local_target):
+    from sglang_patcher.inventory import Host
+
+    hosts = write_hosts(tmp_path / "hosts.yaml",
+                        Host(name="here", transport="local", python=str(local_target)))
+    target = local_target.site_packages / "sglang/srt/speculative/spec_info.py"
+    target.write_bytes(target.read_bytes() + b"\n# edited by hand on the host\n")
+    drifted = hashlib.sha256(target.read_bytes()).hexdigest()
+    code, _, err = run_cli(capsys, "--hosts", str(hosts), "apply", "ddtree", "--host", "here", "--yes")
+    assert code == 7, err
+    assert "spec_info.py" in err
+    assert hashlib.sha256(target.read_bytes()).hexdigest() == drifted, "nothing may be written"
+
+
+def test_bad_hosts_yaml_names_the_file_and_line(capsys, tmp_path, sglpatch_home):
+    bad = tmp_path / "hosts.yaml"
+    bad.write_text("hosts:\n  gpu:\n    transport: ssh\n    hostname: h\n    python: bin/python\n")
+    code, _, err = run_cli(capsys, "--hosts", str(bad), "hosts")
+    assert code == 2
+    assert str(bad) in err and "line 5" in err and "absolute" in err
+
+
+def test_unknown_host_lists_the_known_ones(capsys, tmp_path, sglpatch_home):
+    from sglang_patcher.inventory import Host
+
+    hosts = write_hosts(tmp_path / "hosts.yaml",
+                        Host(name="alpha", transport="local", python="/usr/bin/python3"))
+    code, _, err = run_cli(capsys, "--hosts", str(hosts), "status", "--host", "beta")
+    assert code == 2 and "alpha" in err
+
+
+@pytest.mark.ssh
+def test_unknown_host_key_fails_closed(capsys, tmp_path, sglpatch_home, sshd, sglang_target):
+    empty = tmp_path / "known_hosts"
+    empty.write_text("")
+    host = sshd.host_entry(sglang_target, name="gpu-test", known_hosts=str(empty))
+    hosts = write_hosts(tmp_path / "hosts.yaml", host)
+    code, _, err = run_cli(capsys, "--hosts", str(hosts), "snapshot", "gpu-test")
+    assert code == 5
+    assert f"{sshd.host}:{sshd.port}" in err or f"[{sshd.host}]:{sshd.port}" in err
+
+
+def test_interpreter_missing_is_a_discovery_error(capsys, tmp_path, sglpatch_home):
+    from sglang_patcher.inventory import Host
+
+    hosts = write_hosts(tmp_path / "hosts.yaml",
+                        Host(name="here", transport="local", python="/nonexistent/bin/python"))
+    code, _, err = run_cli(capsys, "--hosts", str(hosts), "snapshot", "here")
+    assert code in (5, 6)
+    assert "/nonexistent/bin/python" in err
