@@ -40,6 +40,7 @@ import torch
 __all__ = [
     "RefTree",
     "build_tree_reference",
+    "build_tree_reference_from_topk",
     "reference_labelled",
     "greedy_walk_reference",
     "sample_walk_reference",
@@ -123,6 +124,20 @@ def build_tree_reference(
     if budget < 0:
         raise ValueError(f"budget must be >= 0, got {budget}")
     lp, ids = ref_logprobs(draft_logits, topk, lse)
+    return build_tree_reference_from_topk(lp, ids, budget)
+
+
+def build_tree_reference_from_topk(lp, ids, budget: int) -> RefTree:
+    """The heap on prepared per-depth top-K lists.
+
+    Args:
+      lp: [L, K'] float32 (ndarray or tensor) log-probs in rank order (non-increasing);
+      ids: [L, K'] int64 token ids in rank order; budget: N >= 0.
+    Returns:
+      RefTree (see ``build_tree_reference``).
+    """
+    lp = np.asarray(lp.cpu() if isinstance(lp, torch.Tensor) else lp, dtype=np.float32)
+    ids = np.asarray(ids.cpu() if isinstance(ids, torch.Tensor) else ids, dtype=np.int64)
     L, K = lp.shape
     f32 = np.float32
     # heap entry: (-score, depth, parent_order, rank, parent_index, score_f32)

@@ -1,0 +1,86 @@
+"""Benchmark: DDTree construction, GPU batched builder vs the CPU heap reference (same run).
+
+From bf16 draft logits [bs, L=15, V=151,936] to all arrays (tokens, parents, depths, scores,
+retrieve_*, tree mask), K = N (the paper's exact tree). GPU: median of CUDA-graph replays (and
+eager); also the prep alone (log-sum-exp + exact top-K). CPU: per request torch top-K prep + the
+Python heap (``build_tree_reference_from_topk``), summed over the batch (how a CPU-side builder
+would run), few repeats. Prints a markdown table and writes JSON (``--out``).
+
+Goals (issue 3): bs 1 N 512 <= 100 µs; bs 64 N 256 <= 1 ms; >= 50x the CPU heap.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import sys
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from _timing import cpu_median_us, gpu_eager_median_us, gpu_graph_median_us  # noqa: E402
+
+from patchsets.ddtree.modules.ddtree_reference import build_tree_reference_from_topk  # noqa: E402
+from patchsets.ddtree.modules.ddtree_tree import build_ddtree, draft_topk  # noqa: E402
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--bs", default="1,8,64")
+    ap.add_argument("--budgets", default="16,64,256,512,1024")
+    ap.add_argument("--vocab", type=int, default=151_936)
+    ap.add_argument("--depth", type=int, default=15)
+    ap.add_argument("--cpu-reps", type=int, default=3)
+    ap.add_argument("--cpu-max-requests", type=int, default=16,
+                    help="time the CPU heap on at most this many requests and scale to bs")
+    ap.add_argument("--out", default=None)
+    a = ap.parse_args()
+    dev = "cuda"
+    L, V = a.depth, a.vocab
+    rows = []
+    for bs in [int(v) for v in a.bs.split(",")]:
+        x = (torch.randn(bs, L, V, device=dev) * 3).to(torch.bfloat16)
+        roots = torch.randint(0, V, (bs,), device=dev)
+        x_cpu = x.cpu()
+        for N in [int(v) for v in a.budgets.split(",")]:
+            full = gpu_graph_median_us(lambda: build_ddtree(x, roots, N, N), reps=50)
+            eager = gpu_eager_median_us(lambda: build_ddtree(x, roots, N, N), reps=10)
+            prep = gpu_graph_median_us(lambda: draft_topk(x, N), reps=50)
+            nreq = min(bs, a.cpu_max_requests)
+
+            def cpu_run():
+                for b in range(nreq):
+                    lp, ids, _ = draft_topk(x_cpu[b : b + 1], N)
+                    build_tree_reference_from_topk(lp[0], ids[0], N)
+
+            cpu = cpu_median_us(cpu_run, reps=a.cpu_reps) * bs / nreq
+            rows.append(dict(bs=bs, N=N, gpu_graph_us=full, gpu_eager_us=eager, gpu_prep_us=prep,
+                             cpu_heap_us=cpu, speedup=cpu / full))
+            print(f"bs={bs:3d} N={N:5d} gpu_graph={full:9.1f}us eager={eager:9.1f}us "
+                  f"prep={prep:8.1f}us cpu_heap={cpu:11.1f}us x{cpu / full:7.1f}", flush=True)
+    meta = dict(date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+                device=torch.cuda.get_device_name(), torch=torch.__version__, L=L, V=V,
+                dtype="bfloat16", topk="K = N", cpu_threads=torch.get_num_threads())
+    print(table(rows, meta))
+    if a.out:
+        with open(a.out, "w") as f:
+            json.dump(dict(meta=meta, rows=rows), f, indent=1)
+
+
+def table(rows, meta):
+    out = [f"Tree build — {meta['device']}, {meta['date']}, torch {meta['torch']}, L={meta['L']}, "
+           f"V={meta['V']}, bf16 logits, K=N; CPU heap on {meta['cpu_threads']} threads",
+           "", "| bs | N | GPU graph µs | GPU eager µs | prep (lse+top-K) µs | CPU heap µs | speed-up |",
+           "|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        out.append(f"| {r['bs']} | {r['N']} | {r['gpu_graph_us']:.1f} | {r['gpu_eager_us']:.1f} | "
+                   f"{r['gpu_prep_us']:.1f} | {r['cpu_heap_us']:.0f} | {r['speedup']:.0f}x |")
+    return "\n".join(out)
+
+
+if __name__ == "__main__":
+    main()

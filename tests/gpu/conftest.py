@@ -1,0 +1,12 @@
+"""GPU tests (marker ``gpu``): run them on a CUDA machine with tests/gpu/run_gpu_tests.sh."""
+
+import pytest
+import torch
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if "tests/gpu" in str(item.fspath):
+            item.add_marker(pytest.mark.gpu)
+            if not torch.cuda.is_available():
+                item.add_marker(pytest.mark.skip(reason="needs a CUDA GPU"))

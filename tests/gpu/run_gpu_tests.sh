@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# DDTree GPU proofs + benchmarks, in one command (rerunnable on any CUDA host).
+#
+# Usage (repo root):  OUT=/some/dir bash tests/gpu/run_gpu_tests.sh [pytest args...]
+# Needs: python3 with CUDA torch + Triton. For the SGLang proofs, put the sglang 0.5.23 wheel in
+# .gpu/ and the cp312 wheels of its import-time deps (and pytest/hypothesis if missing) in .whl/
+# (both git-ignored; see ../shared/design/gpu-testing.md). Results go to $OUT.
+set -uo pipefail
+REPO="$(cd "$(dirname "$0")/../.." && pwd)"
+cd "$REPO"
+OUT="${OUT:-/tmp/ddtree_gpu_out}"
+mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1
+SITE=/tmp/ddtree_site
+SGL=/tmp/ddtree_sglang
+if ls .whl/*.whl >/dev/null 2>&1; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+    --target "$SITE" .whl/*.whl || exit 1
+fi
+if ls .gpu/sglang-*.whl >/dev/null 2>&1 && [ ! -d "$SGL/sglang" ]; then
+  mkdir -p "$SGL" && python3 -m zipfile -e .gpu/sglang-*.whl "$SGL" || exit 1
+fi
+export PYTHONPATH="$REPO:$SITE:$SGL${PYTHONPATH:+:$PYTHONPATH}"
+{
+  date -u
+  nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv
+  python3 -c 'import torch, triton; print("torch", torch.__version__, "triton", triton.__version__)'
+} 2>&1 | tee "$OUT/env.txt"
+( time python3 -c 'import sglang.kernels.ops.speculative.spec_tree as s; print("sglang spec_tree ok")' ) 2>&1 | tail -5 | tee -a "$OUT/env.txt"
+
+rc=0
+python3 -m pytest -q -p no:cacheprovider -rA tests/gpu "$@" 2>&1 | tee "$OUT/pytest_gpu.log" | grep -v '^PASSED' | tail -60
+[ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
+grep -h "SGLANG_" "$OUT/pytest_gpu.log" > "$OUT/sglang_proofs.txt" || true
+
+if [ -z "${DDTREE_SKIP_BENCH:-}" ]; then
+  python3 bench/tree_build.py --out "$OUT/tree_build.json" 2>&1 | tee "$OUT/tree_build.txt" | tail -22
+  [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
+  python3 bench/walk.py --out "$OUT/walk.json" 2>&1 | tee "$OUT/walk.txt" | tail -20
+  [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
+fi
+echo "run_gpu_tests.sh rc=$rc"
+exit $rc
