@@ -1,0 +1,41 @@
+"""README command 1's main job (`sglpatch demo`) on the embedded default target, for real:
+a local venv with the sglang 0.5.23 wheel from PyPI, the ddtree patchset applied and rolled back."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+import pytest
+
+from sglang_patcher.cli import main
+from sglang_patcher.sandbox import sandbox_dir
+
+pytestmark = [pytest.mark.sglang, pytest.mark.slow]
+
+
+def test_demo_tells_the_whole_story_and_leaves_the_sandbox_pristine(capsys, sglpatch_home):
+    code = main(["demo"])
+    out, err = capsys.readouterr()
+    assert code == 0, out + err
+    for step in ("snapshot", "diff", "apply", "status", "apply again", "rollback",
+                 "done: applied, verified, and rolled back to pristine"):
+        assert step in out, step
+    assert "DDTREE" in out
+
+    # the sandbox is back to the wheel's RECORD
+    site = next(sandbox_dir().glob("lib/python3*/site-packages"))
+    rel = "sglang/srt/speculative/spec_info.py"
+    record = next(site.glob("sglang-*.dist-info")).joinpath("RECORD").read_text()
+    line = next(l for l in record.splitlines() if l.startswith(rel + ","))
+    import base64
+    want = base64.urlsafe_b64decode(line.split(",")[1][7:] + "==").hex()
+    assert hashlib.sha256((site / rel).read_bytes()).hexdigest() == want
+
+    # a second run reuses the sandbox and ends the same way; --json gives one document
+    code = main(["--json", "demo"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    data = json.loads(out)
+    assert data["apply"]["status"] == "applied"
+    assert data["reapply"]["status"] == "already_applied"
