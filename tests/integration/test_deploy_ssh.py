@@ -184,3 +184,101 @@ def test_root_owned_file_refused_before_any_write(conn, ssh_host, sglang_target,
         assert not (Path(sglang_target.site_packages) / ".sglpatch").exists()
     finally:
         os.chown(spec_path, sglang_target.uid, sglang_target.gid)
+
+
+class _EnvTransport:
+    """Wraps a real transport; runs every command under ``env NAME=VALUE`` on the host (test hook)."""
+
+    def __init__(self, inner, **env):
+        self.inner, self.env = inner, env
+        self.name = inner.name
+
+    @property
+    def round_trips(self):
+        return self.inner.round_trips
+
+    def run(self, argv, **kw):
+        return self.inner.run(["env", *(f"{k}={v}" for k, v in self.env.items()), *argv], **kw)
+
+    def close(self):
+        pass
+
+
+def test_agent_killed_mid_commit_over_ssh_is_resumed_next_run(conn, ssh_host, sglang_target, sglpatch_home,
+                                                             tmp_path):
+    info = discover(conn, ssh_host)
+    ps = make_patchset(tmp_path / "ps", Path(sglang_target.site_packages))
+    read = pristine_reader(sglang_target)
+    crashing = _EnvTransport(conn, SGLPATCH_AGENT_CRASH="commit:1")
+    with pytest.raises(Exception) as ei:
+        apply_to_host(crashing, ssh_host, info, ps, pristine=read, home=sglpatch_home)
+    assert "137" in str(ei.value)
+    st = host_status(conn, ssh_host, info, ps)
+    assert st.overall == "pending" and st.journal["phase"] == "committing"
+    for f in st.files:  # each file is whole: its old or its new version, never a torn one
+        assert f.state in ("pristine", "patched"), f
+    # the lock names this (live) process: not taken over silently...
+    from sglang_patcher.errors import LockHeldError
+    with pytest.raises(LockHeldError):
+        apply_to_host(conn, ssh_host, info, ps, pristine=read, home=sglpatch_home)
+    # ...but with --break-lock the next run finishes the commit and verifies it
+    res = apply_to_host(conn, ssh_host, info, ps, pristine=read, home=sglpatch_home, break_lock=True)
+    assert res.status == "resumed" and "resumed" in res.recovered[0]
+    st = host_status(conn, ssh_host, info, ps)
+    assert st.overall == "patched" and st.lock is None and st.journal is None
+
+
+def test_truncated_upload_over_ssh_writes_nothing(conn, ssh_host, sglang_target, sglpatch_home):
+    import json
+
+    from sglang_patcher.deploy import make_holder, payload_tar
+    from sglang_patcher.remote import launcher
+    info = discover(conn, ssh_host)
+    new = (Path(sglang_target.site_packages) / SPEC).read_bytes() + b"# new\n"
+    tar = payload_tar({SPEC: new})
+    args = {"site_packages": info.site_packages, "holder": make_holder("t"),
+            "deployment": {"id": "20260101T000000Z-t-r1-000000"},
+            "files": {SPEC: {"action": "write", "sha256": sha(new), "mode": None,
+                             "allowed": [info.record[SPEC]]}}}
+    res = launcher.run_script(conn, info.interpreter, "deploy_agent", "push", args, stdin=tar[:700])
+    assert res.exit_code == 3 and json.loads(res.stdout)["kind"] == "bad_payload"
+    assert _live(sglang_target, SPEC) == info.record[SPEC]
+    assert not list((Path(sglang_target.site_packages) / SPEC).parent.glob(".spec_info.py.sglpatch-*"))
+    assert not (Path(sglang_target.site_packages) / ".sglpatch").exists()
+
+
+def test_two_deploys_at_once_do_not_interleave(ssh_host, sglang_target, sglpatch_home, tmp_path):
+    import threading
+
+    from sglang_patcher.errors import LockHeldError
+    ps = make_patchset(tmp_path / "ps", Path(sglang_target.site_packages))
+    read = pristine_reader(sglang_target)
+    a, b = connect(ssh_host), connect(ssh_host)
+    try:
+        info = discover(a, ssh_host)
+        a_holds_lock, b_done = threading.Event(), threading.Event()
+        out = {}
+
+        def progress(step, detail):
+            if step == "checks":          # A has pushed and holds the lock until finish
+                a_holds_lock.set()
+                b_done.wait(60)
+
+        def run_a():
+            out["a"] = apply_to_host(a, ssh_host, info, ps, pristine=read, home=sglpatch_home, progress=progress)
+
+        th = threading.Thread(target=run_a)
+        th.start()
+        assert a_holds_lock.wait(60)
+        try:
+            with pytest.raises(LockHeldError) as ei:
+                apply_to_host(b, ssh_host, info, ps, pristine=read, home=sglpatch_home)
+            assert f"pid {os.getpid()}" in str(ei.value)
+        finally:
+            b_done.set()
+            th.join(60)
+        assert out["a"].status == "applied"
+        assert host_status(b, ssh_host, info, ps).overall == "patched"
+    finally:
+        a.close()
+        b.close()
