@@ -436,7 +436,8 @@ def _apply_file(work: _Work, pf, source: str) -> None:
 
     if src is None and dst is None:
         raise PatchsetError(f"{source}: a file diff names /dev/null on both sides")
-    if src is None:
+    creates = bool(hunks) and all(h.source_start == 0 and h.source_length == 0 for h in hunks)
+    if src is None or (src == dst and creates and work.get(src) is None):   # `diff -N` style creation
         _add(work, source, dst, hunks, new_mode)
     elif dst is None:
         _delete(work, source, src, hunks, old_mode)

@@ -30,22 +30,19 @@ Lookup of a name: ``./patchsets/<name>/`` (the working directory), then the inst
 package (shipped as package data). A path (anything with a ``/`` or an existing directory or
 ``patchset.yaml`` file) is loaded as is.
 
-Maintainer step after changing a series: ``python -m sglang_patcher.patchset refresh DIR VERSION``
+Maintainer step after changing a series: ``python -m sglang_patcher.patchset_tool refresh DIR VERSION``
 recomputes ``pristine``/``expected`` for VERSION from the PyPI wheel (``wheelcache``) and rewrites only
 those two mappings in ``patchset.yaml`` (comments and the rest of the file are kept).
 """
 
 from __future__ import annotations
 
-import argparse
 import importlib.util
 import json
 import os
 import re
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from functools import cached_property
 from pathlib import Path, PurePosixPath
 from typing import Annotated, Any
 
@@ -318,7 +315,7 @@ class Patchset:
                 f"patchset {self.name} r{self.revision}: patchset.yaml is stale for sglang {version} "
                 f"(its hashes do not describe what the series renders):\n    " + "\n    ".join(problems),
                 hint=f"if the series changed on purpose, refresh the hashes: "
-                     f"python -m sglang_patcher.patchset refresh {self.root} {version}")
+                     f"python -m sglang_patcher.patchset_tool refresh {self.root} {version}")
 
     # --------------------------------------------------------------------------------- states
 
@@ -629,39 +626,3 @@ def refresh_hashes(patchset_dir: str | os.PathLike, version: str, read: Reader) 
     tmp.replace(ps.yaml_path)
     _load_dir(root, origin=str(root)).render(version, read)   # the refreshed manifest must check out
     return {"pristine": pristine, "expected": expected}
-
-
-def main(argv: list[str] | None = None) -> int:
-    """``python -m sglang_patcher.patchset refresh DIR VERSION [--tree DIR]``: the maintainer step."""
-    ap = argparse.ArgumentParser(prog="python -m sglang_patcher.patchset")
-    sub = ap.add_subparsers(dest="cmd", required=True)
-    rf = sub.add_parser("refresh", help="recompute pristine/expected hashes of one target in patchset.yaml")
-    rf.add_argument("patchset_dir")
-    rf.add_argument("version")
-    rf.add_argument("--tree", help="a site-packages-like directory to read pristine files from "
-                                   "(default: the PyPI wheel of VERSION, cached)")
-    args = ap.parse_args(argv)
-    if args.tree:
-        base = Path(args.tree)
-
-        def read(p: str) -> bytes | None:
-            f = base / p
-            return f.read_bytes() if f.is_file() else None
-    else:
-        from .wheelcache import pristine_tree
-        read = pristine_tree(args.version).read
-    maps = refresh_hashes(args.patchset_dir, args.version, read)
-    print(f"refreshed {len(maps['expected'])} file hashes for sglang {args.version} in "
-          f"{Path(args.patchset_dir) / _YAML}")
-    return 0
-
-
-if __name__ == "__main__":     # pragma: no cover
-    try:
-        sys.exit(main())
-    except Exception as exc:   # noqa: BLE001 - the maintainer sees the message, not a traceback
-        from .errors import SglpatchError
-        if isinstance(exc, SglpatchError):
-            print(f"error: {exc}", file=sys.stderr)
-            sys.exit(exc.exit_code)
-        raise

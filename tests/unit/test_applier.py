@@ -455,3 +455,61 @@ def test_git_diff_output_round_trip(tmp_path: Path):
     chk = subprocess.run(git + ["apply", "--check", "-"], input=display.encode("utf-8", "surrogateescape"),
                          capture_output=True)
     assert chk.returncode == 0, chk.stderr.decode()
+
+
+# --------------------------------------------------------------------------------------- more shapes
+
+def test_same_file_twice_in_one_patch_applies_in_sequence():
+    v0 = numbered(30)
+    v1 = edit(v0, 5, "FIVE\n")
+    v2 = edit(v1, 25, "TWENTY-FIVE\n")
+    r = apply_patch(udiff(P, v0, v1) + udiff(P, v1, v2), reader({P: v0}), source="p")
+    assert r.files[P].new == v2 and len(r.hunks) == 2
+
+
+def test_series_creates_then_modifies_then_deletes_a_file():
+    f = "sglang/srt/new_mod.py"
+    a, b = numbered(8), edit(numbered(8), 4, "FOUR\n")
+    series = [("1", udiff(f, None, a)), ("2", udiff(f, a, b)), ("3", udiff(f, b, None))]
+    r = apply_series(series[:2], reader({}))
+    assert r.files[f].old is None and r.files[f].new == b
+    r = apply_series(series, reader({}))
+    assert r.files[f].old is None and r.files[f].new is None and not r.files[f].changed
+
+
+def test_copy_keeps_the_source():
+    old = numbered(6)
+    patch = ("diff --git a/sglang/a.py b/sglang/b.py\nsimilarity index 90%\ncopy from sglang/a.py\ncopy to sglang/b.py\n"
+             "--- a/sglang/a.py\n+++ b/sglang/b.py\n@@ -4,3 +4,3 @@\n line 4\n line 5\n-line 6\n+SIX\n")
+    r = apply_patch(patch, reader({"sglang/a.py": old}), source="p")
+    assert "sglang/a.py" not in r.changed_files()
+    assert r.files["sglang/b.py"].new == edit(old, 6, "SIX\n") and r.files["sglang/b.py"].renamed_from == "sglang/a.py"
+
+
+def test_diff_N_style_creation_without_dev_null():
+    patch = f"--- a/{P}\n+++ b/{P}\n@@ -0,0 +1,2 @@\n+a\n+b\n"
+    assert apply_patch(patch, reader({}), source="p").files[P].new == b"a\nb\n"
+
+
+def test_already_applied_reports_where_it_found_the_new_side():
+    old = numbered(40)
+    new = edit(old, 20, "TWENTY\n")
+    shifted = b"x\ny\n" + new
+    r = apply_patch(udiff(P, old, new), reader({P: shifted}), source="p")
+    (h,) = r.hunks
+    assert (h.status, h.offset_lines, h.line) == ("already_applied", 2, 19)
+
+
+def test_crlf_target_without_final_newline():
+    old = b"a\r\nb\r\nc"
+    new = b"a\r\nB\r\nc"
+    assert apply_patch(udiff(P, old, new), reader({P: old}), source="p").files[P].new == new
+    lf_patch = udiff(P, b"a\nb\nc", b"a\nB\nc")
+    assert apply_patch(lf_patch, reader({P: old}), source="p").files[P].new == new
+
+
+def test_messages_name_the_diff_line_of_the_hunk():
+    old = numbered(20)
+    patch = udiff(P, old, edit(old, 10, "TEN\n"))
+    with pytest.raises(ApplyError, match="patch line 3"):
+        apply_patch(patch, reader({P: numbered(20, "zz")}), source="p")

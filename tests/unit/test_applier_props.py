@@ -13,7 +13,7 @@ import difflib
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sglang_patcher.applier import apply_patch
+from sglang_patcher.applier import apply_patch, apply_series
 from sglang_patcher.errors import ApplyError
 
 NO_NL = "\\ No newline at end of file\n"
@@ -112,3 +112,35 @@ def test_diff_text_round_trip(case):
     r = apply_patch(udiff(old, new, n), {P: old}.get, source="prop")
     again = apply_patch(r.diff_text(), {P: old}.get, source="display")
     assert again.files[P].new == new
+
+
+@st.composite
+def three_versions(draw):
+    """v0 → v1 → v2 with unique lines (fresh lines never repeat)."""
+    n = draw(st.integers(0, 30))
+    v = [f"line {i}\n" for i in range(n)]
+    versions = [v]
+    fresh = 0
+    for _ in range(2):
+        nxt: list[str] = []
+        for line in versions[-1] + [None]:
+            op = draw(st.sampled_from(["keep"] * 5 + ["del", "ins"]))
+            if op == "ins":
+                fresh += 1
+                nxt.append(f"new {fresh}\n")
+            if line is not None and op != "del":
+                nxt.append(line)
+        versions.append(nxt)
+    return ["".join(x).encode() for x in versions]
+
+
+@SETTINGS
+@given(three_versions())
+def test_series_equals_successive_edits(versions):
+    v0, v1, v2 = versions
+    series = [("0001", udiff(v0, v1, 3)), ("0002", udiff(v1, v2, 3))]
+    series = [(s, t) for (s, t), (a, b) in zip(series, [(v0, v1), (v1, v2)]) if a != b]
+    if not series:
+        return
+    r = apply_series(series, {P: v0}.get)
+    assert r.files[P].old == v0 and r.files[P].new == v2

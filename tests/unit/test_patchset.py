@@ -302,7 +302,7 @@ def test_refresh_inserts_missing_keys(tmp_path):
 
 
 def test_refresh_cli_with_a_tree_directory(tmp_path, capsys):
-    from sglang_patcher.patchset import main
+    from sglang_patcher.patchset_tool import main
     root = make_patchset(tmp_path, hashes=False)
     tree = tmp_path / "tree"
     for p, b in RELEASE.items():
