@@ -67,7 +67,11 @@ class WheelTree:
         """Bytes of ``path`` (site-packages-relative posix), None when the release has no such file."""
         if _safe_rel(path) not in self.manifest.files:
             return None
-        return self.path_of(path).read_bytes()
+        try:
+            return self.path_of(path).read_bytes()
+        except OSError as exc:
+            raise PatchsetError(f"{self.root}: the cached pristine tree lacks {path} ({exc.strerror})",
+                                hint=f"delete {self.root} and run again to rebuild it") from exc
 
     def verify(self) -> list[str]:
         """Re-hash every file; returns the paths that no longer match the manifest (empty: intact)."""
@@ -115,8 +119,10 @@ def pristine_tree(version: str, home: Path | None = None) -> WheelTree:
         return _open(final, version)
     wheels.mkdir(parents=True, exist_ok=True)
     _clean_stale(wheels)
-    if final.exists():            # a directory without manifest was never published by us: discard
-        shutil.rmtree(final)
+    if final.exists():
+        if (final / "manifest.json").is_file():   # another process published it meanwhile
+            return _open(final, version)
+        shutil.rmtree(final)      # a directory without manifest was never published by us: discard
     whl = _cached_wheel(wheels, version)
     if whl is None:
         whl = _download(version, wheels)

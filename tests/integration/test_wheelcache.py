@@ -86,6 +86,19 @@ def test_verify_notices_a_modified_file(tmp_path):
     t = pristine_tree(V, home=home)
     t.path_of("sglang/srt/server_args.py").write_bytes(b"x = 2\n")
     assert t.verify() == ["sglang/srt/server_args.py"]
+    t.path_of("sglang/__init__.py").unlink()
+    with pytest.raises(PatchsetError, match="lacks sglang/__init__.py"):
+        t.read("sglang/__init__.py")
+
+
+def test_directory_without_manifest_is_rebuilt(tmp_path):
+    home = tmp_path / "home"
+    cached_wheel(home)
+    half = home / "wheels" / f"sglang-{V}" / "tree" / "sglang"
+    half.mkdir(parents=True)
+    (half / "__init__.py").write_text("half written\n")
+    t = pristine_tree(V, home=home)
+    assert t.read("sglang/__init__.py") == FILES["sglang/__init__.py"] and t.verify() == []
 
 
 @pytest.mark.parametrize("kind", ["tamper", "unlisted", "missing"])
