@@ -1091,7 +1091,10 @@ def host_status(transport: Transport, host: Any, info: Any, patchset: Any = None
         deployments = first.get("deployments", [])
         paths = set()
         pristine_of = {}
-        for d in deployments:
+        pending = first.get("journal")
+        recs = list(deployments) + ([pending] if pending and pending.get("id") not in
+                                    {d.get("id") for d in deployments} else [])
+        for d in recs:
             for p, f in d.get("files", {}).items():
                 paths.add(p)
                 pristine_of.setdefault(p, f.get("before"))  # the oldest original
@@ -1101,7 +1104,7 @@ def host_status(transport: Transport, host: Any, info: Any, patchset: Any = None
                 pristine_of[p] = record_h[p]
         ins = agent.inspect(sorted(paths)) if paths else first
         by_path_ps = {}
-        for d in deployments:
+        for d in recs:
             for p in d.get("files", {}):
                 by_path_ps.setdefault(p, []).append(d)
     files = []

@@ -436,8 +436,10 @@ def op_inspect(a):
             temps += [os.path.join(d, e) for e in os.listdir(d) if e.startswith(base)]
         except OSError:
             pass
+    dirs = sorted({os.path.dirname(h.target(p)) for p in a.get("paths", [])})
     return {"files": files, "lock": h.read_lock(), "journal": h.journal(), "deployments": h.records(),
             "space": {"site_packages": dir_facts(h.root), "state_dir": dir_facts(h.state)},
+            "dirs": {d: dir_facts(d) for d in dirs},
             "site_packages": h.root, "state_dir": h.state, "euid": os.geteuid(),
             "user": user_name(os.geteuid()), "hostname": socket.gethostname(), "temps": temps}
 
@@ -493,6 +495,39 @@ def preflight(h, files, payload, reserve):
                        free_bytes=facts["free_bytes"], need_bytes=need, reserve_bytes=reserve)
 
 
+def build_plan(h, files, live):
+    """Per path: action, before/after sha256, the mode to set, the owner to keep; dirs to create."""
+    plan = {}
+    created_dirs = []
+    for rel, spec in sorted(files.items()):
+        t = h.target(rel)
+        info = live[rel]
+        entry = {"action": spec["action"], "before": info["sha256"],
+                 "after": spec["sha256"] if spec["action"] == "write" else None,
+                 "orig_mode": info.get("mode"), "uid": info.get("uid"), "gid": info.get("gid")}
+        if spec["action"] == "write":
+            if info["exists"]:
+                entry["mode"] = spec.get("mode") if spec.get("mode") is not None else info["mode"]
+            else:
+                d = os.path.dirname(t)
+                missing = []
+                while not os.path.isdir(d):
+                    missing.append(d)
+                    d = os.path.dirname(d)
+                for m in reversed(missing):
+                    if m not in created_dirs:
+                        created_dirs.append(m)
+                pst = os.stat(d)
+                entry["mode"] = spec.get("mode") if spec.get("mode") is not None else 0o644
+                # a new file takes its directory's owner when we can give it (root); else ours
+                if os.geteuid() == 0:
+                    entry["uid"], entry["gid"] = pst.st_uid, pst.st_gid
+        else:
+            entry["mode"] = None
+        plan[rel] = entry
+    return plan, created_dirs
+
+
 def op_push(a):
     h = HostState(a)
     dep = a.get("deployment") or {}
@@ -525,37 +560,14 @@ def op_push(a):
         if drift and not a.get("force"):
             raise Fail("drift", "%d file(s) on the host match no hash this deployment accepts: %s"
                        % (len(drift), ", ".join(sorted(drift))), files=drift)
-    except Fail:
+        plan, created_dirs = build_plan(h, files, live)
+    except (Fail, OSError) as exc:
         if got in ("acquired", "broken"):
             h.release(holder)
+        if isinstance(exc, OSError):
+            raise Fail("push_failed", "push of %s failed before any write (%s: %s)" % (did, type(exc).__name__, exc))
         raise
 
-    plan = {}
-    created_dirs = []
-    for rel, spec in sorted(files.items()):
-        t = h.target(rel)
-        info = live[rel]
-        entry = {"action": spec["action"], "before": info["sha256"],
-                 "after": spec["sha256"] if spec["action"] == "write" else None,
-                 "orig_mode": info.get("mode"), "uid": info.get("uid"), "gid": info.get("gid")}
-        if spec["action"] == "write":
-            if info["exists"]:
-                entry["mode"] = spec.get("mode") if spec.get("mode") is not None else info["mode"]
-            else:
-                d = os.path.dirname(t)
-                missing = []
-                while not os.path.isdir(d):
-                    missing.append(d)
-                    d = os.path.dirname(d)
-                for m in reversed(missing):
-                    if m not in created_dirs:
-                        created_dirs.append(m)
-                pst = os.stat(d)
-                entry["mode"] = spec.get("mode") if spec.get("mode") is not None else 0o644
-                entry["uid"], entry["gid"] = pst.st_uid, pst.st_gid
-        else:
-            entry["mode"] = None
-        plan[rel] = entry
     journal = {"id": did, "patchset": dep.get("patchset"), "revision": dep.get("revision"),
                "sglang_version": dep.get("sglang_version"), "client": dep.get("client"),
                "user": user_name(os.geteuid()), "files": plan, "created_dirs": created_dirs,

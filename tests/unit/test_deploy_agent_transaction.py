@@ -266,3 +266,38 @@ def test_lock_held_by_another_deploy_names_it_and_break_lock(env):
     res = apply(env, break_lock=True)
     assert res.status == "applied"
     assert host_status(env.t, env.host, env.info, env.ps).lock is None
+
+
+def _text(renderable) -> str:
+    from rich.console import Console
+    c = Console(width=110, record=True, file=open(os.devnull, "w"))
+    c.print(renderable)
+    return c.export_text()
+
+
+def test_results_render_and_serialise(env):
+    res = apply(env)
+    text = _text(res)
+    assert "applied" in text and res.deployment_id in text and "5 round trips" in text
+    assert SPEC in text and "skipped" in text  # the L1 check that skipped is shown as skipped
+    j = json.loads(json.dumps(res.to_json()))
+    assert j["checks"]["summary"]["L1"] == "partial" and j["plan"]["kind"] == "apply"
+    st = host_status(env.t, env.host, env.info, env.ps)
+    text = _text(st)
+    assert "patched" in text and "verified" in text and res.deployment_id in text
+    assert json.loads(json.dumps(st.to_json()))["overall"] == "patched"
+    rb = rollback_host(env.t, env.host, env.info, home=env.home)
+    assert res.deployment_id in _text(rb) and json.loads(json.dumps(rb.to_json()))["rolled_back"]
+
+
+def test_status_without_patchset_shows_an_interrupted_deployment(env, monkeypatch):
+    monkeypatch.setenv("SGLPATCH_AGENT_CRASH", "commit:1")
+    with pytest.raises(Exception):
+        apply(env)
+    monkeypatch.delenv("SGLPATCH_AGENT_CRASH")
+    st = host_status(env.t, env.host, env.info)
+    assert st.overall == "pending" and {f.path for f in st.files} == {SPEC, NEWMOD}
+    assert "interrupted in phase committing" in _text(st)
+    rb = rollback_host(env.t, env.host, env.info, home=env.home, break_lock=True)
+    assert rb.rolled_back == [st.journal["id"]]
+    assert_release(env)
