@@ -25,7 +25,12 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _timing import cpu_median_us, gpu_eager_median_us, gpu_graph_median_us  # noqa: E402
 
 from patchsets.ddtree.modules.ddtree_reference import build_tree_reference_from_topk  # noqa: E402
-from patchsets.ddtree.modules.ddtree_tree import build_ddtree, draft_topk  # noqa: E402
+from patchsets.ddtree.modules.ddtree_tree import (  # noqa: E402
+    build_custom_mask,
+    build_ddtree,
+    custom_mask_size,
+    draft_topk,
+)
 
 
 def main():
@@ -50,6 +55,13 @@ def main():
             full = gpu_graph_median_us(lambda: build_ddtree(x, roots, N, N), reps=50)
             eager = gpu_eager_median_us(lambda: build_ddtree(x, roots, N, N), reps=10)
             prep = gpu_graph_median_us(lambda: draft_topk(x, N), reps=50)
+            torch_arrays = gpu_graph_median_us(
+                lambda: build_ddtree(x, roots, N, N, use_triton=False), reps=30)
+            tree = build_ddtree(x, roots, N, N)
+            pl = torch.full((bs,), 1024, dtype=torch.int64, device=dev)
+            buf = torch.empty(custom_mask_size(1024 * bs, bs, N + 1), dtype=torch.bool, device=dev)
+            mask_tri = gpu_graph_median_us(lambda: build_custom_mask(tree, pl, out=buf, use_triton=True))
+            mask_tor = gpu_graph_median_us(lambda: build_custom_mask(tree, pl, out=buf, use_triton=False))
             nreq = min(bs, a.cpu_max_requests)
 
             def cpu_run():
@@ -59,9 +71,13 @@ def main():
 
             cpu = cpu_median_us(cpu_run, reps=a.cpu_reps) * bs / nreq
             rows.append(dict(bs=bs, N=N, gpu_graph_us=full, gpu_eager_us=eager, gpu_prep_us=prep,
-                             cpu_heap_us=cpu, speedup=cpu / full))
+                             cpu_heap_us=cpu, speedup=cpu / full,
+                             gpu_graph_torch_arrays_us=torch_arrays, custom_mask_triton_us=mask_tri,
+                             custom_mask_torch_us=mask_tor))
             print(f"bs={bs:3d} N={N:5d} gpu_graph={full:9.1f}us eager={eager:9.1f}us "
-                  f"prep={prep:8.1f}us cpu_heap={cpu:11.1f}us x{cpu / full:7.1f}", flush=True)
+                  f"prep={prep:8.1f}us cpu_heap={cpu:11.1f}us x{cpu / full:7.1f} "
+                  f"torch_arrays={torch_arrays:8.1f}us mask1024 tri={mask_tri:.1f} torch={mask_tor:.1f}",
+                  flush=True)
     meta = dict(date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
                 device=torch.cuda.get_device_name(), torch=torch.__version__, L=L, V=V,
                 dtype="bfloat16", topk="K = N", cpu_threads=torch.get_num_threads())
@@ -74,11 +90,14 @@ def main():
 def table(rows, meta):
     out = [f"Tree build — {meta['device']}, {meta['date']}, torch {meta['torch']}, L={meta['L']}, "
            f"V={meta['V']}, bf16 logits, K=N; CPU heap on {meta['cpu_threads']} threads",
-           "", "| bs | N | GPU graph µs | GPU eager µs | prep (lse+top-K) µs | CPU heap µs | speed-up |",
-           "|---:|---:|---:|---:|---:|---:|---:|"]
+           "", "| bs | N | GPU graph µs | GPU eager µs | prep (lse+top-K) µs | CPU heap µs | speed-up "
+           "| graph, torch arrays µs | custom_mask (prefix 1024) Triton / torch µs |",
+           "|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
         out.append(f"| {r['bs']} | {r['N']} | {r['gpu_graph_us']:.1f} | {r['gpu_eager_us']:.1f} | "
-                   f"{r['gpu_prep_us']:.1f} | {r['cpu_heap_us']:.0f} | {r['speedup']:.0f}x |")
+                   f"{r['gpu_prep_us']:.1f} | {r['cpu_heap_us']:.0f} | {r['speedup']:.0f}x | "
+                   f"{r['gpu_graph_torch_arrays_us']:.1f} | {r['custom_mask_triton_us']:.1f} / "
+                   f"{r['custom_mask_torch_us']:.1f} |")
     return "\n".join(out)
 
 

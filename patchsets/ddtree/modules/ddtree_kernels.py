@@ -82,7 +82,7 @@ def _tree_mask_kernel(
         cols = cstart + tl.arange(0, BLOCK_C)
         cin = cols < N1
         tile = (cols[None, :] == rows[:, None]) & rin[:, None]  # self (padding rows too)
-        cur = rows
+        cur = rows.to(tl.int64)
         alive = rval & rin
         for _ in range(MAX_DEPTH):
             nxt = tl.load(parents_ptr + base + cur, mask=alive, other=-1)
