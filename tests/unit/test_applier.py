@@ -513,3 +513,11 @@ def test_messages_name_the_diff_line_of_the_hunk():
     patch = udiff(P, old, edit(old, 10, "TEN\n"))
     with pytest.raises(ApplyError, match="patch line 3"):
         apply_patch(patch, reader({P: numbered(20, "zz")}), source="p")
+
+
+def test_hunk_lines_that_look_like_file_headers():
+    old = b"a\n-- sql comment\n++ counter\nb\n"
+    new = b"a\n++ counter\nb\n--- separator\n"
+    patch = udiff(P, old, new)
+    assert "\n--- sql comment\n" in patch and "\n+--- separator\n" in patch
+    assert apply_patch(patch, reader({P: old}), source="p").files[P].new == new
