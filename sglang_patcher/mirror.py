@@ -68,6 +68,7 @@ class Mirror:
         self.tree = self.root / "tree"
         self.manifest_path = self.root / "manifest.json"
         self._manifest: Manifest | None = None
+        self._manifest_key: tuple[int, int, int] | None = None
 
     @classmethod
     def open(cls, home: Path | None, host: Any, version: str) -> "Mirror":
@@ -83,11 +84,16 @@ class Mirror:
 
     @property
     def manifest(self) -> Manifest:
-        if self._manifest is None:
-            if not self.exists():
-                raise StateError(f"no mirror manifest at {self.manifest_path}",
-                                 hint=f"run `sglpatch snapshot {self.host}`")
+        """The current manifest (re-read when a later snapshot has replaced the file)."""
+        try:
+            st = self.manifest_path.stat()
+        except OSError:
+            raise StateError(f"no mirror manifest at {self.manifest_path}",
+                             hint=f"run `sglpatch snapshot {self.host}`") from None
+        key = (st.st_mtime_ns, st.st_size, st.st_ino)
+        if self._manifest is None or self._manifest_key != key:
             self._manifest = Manifest.load(self.manifest_path)
+            self._manifest_key = key
         return self._manifest
 
     def path_of(self, path: str) -> Path:
@@ -244,7 +250,6 @@ def snapshot(transport: Transport, host: Any, info: Any, home: Path | None = Non
                             site_packages=info.site_packages, files=remote,
                             created=datetime.now(timezone.utc).isoformat(timespec="seconds"))
         manifest.save(mirror.manifest_path)
-        mirror._manifest = manifest
     result.round_trips = transport.round_trips - trips0
     result.seconds = time.monotonic() - t0
     return result
@@ -271,8 +276,9 @@ def _extract(host: str, stream: bytes, want: list[str], remote: dict[str, FileEn
     total = 0
     tree.mkdir(parents=True, exist_ok=True)
     troot = os.path.realpath(tree)
+    safe_dirs: set[Path] = set()
     try:
-        tar = tarfile.open(fileobj=io.BytesIO(stream), mode="r|*")
+        tar = tarfile.open(fileobj=io.BytesIO(stream), mode="r:*")
     except tarfile.TarError as exc:
         raise TransportError(f"{host}: the snapshot's tar stream is unreadable ({exc})") from exc
     with tar:
@@ -288,9 +294,14 @@ def _extract(host: str, stream: bytes, want: list[str], remote: dict[str, FileEn
                 if name not in wanted or name in got:
                     raise TransportError(f"{host}: refusing tar member {name!r} (not requested)")
                 dest = tree / name
-                dest.parent.mkdir(parents=True, exist_ok=True)
-                if not os.path.realpath(dest.parent).startswith(troot):
-                    raise TransportError(f"{host}: refusing tar member {name!r} (escapes the mirror)")
+                parent = dest.parent
+                if parent not in safe_dirs:
+                    parent.mkdir(parents=True, exist_ok=True)
+                    real = os.path.realpath(parent)
+                    if real != troot and not real.startswith(troot + os.sep):
+                        raise TransportError(
+                            f"{host}: refusing tar member {name!r} (escapes the mirror)")
+                    safe_dirs.add(parent)
                 src = tar.extractfile(member)
                 assert src is not None
                 tmp = dest.with_name(f".{dest.name}.sglpatch-tmp")

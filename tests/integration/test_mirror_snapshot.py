@@ -1,0 +1,143 @@
+"""Snapshot of the real sglang 0.5.23 install: over real SSH and locally, incremental, by hash."""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+import pytest
+
+from sglang_patcher.discovery import discover
+from sglang_patcher.errors import StateError
+from sglang_patcher.manifest import sha256_file
+from sglang_patcher.mirror import Mirror, snapshot
+from sglang_patcher.transport import connect
+
+pytestmark = [pytest.mark.sglang]
+
+
+def _live_files(target) -> dict[str, str]:
+    """Every mirrored file of the live install, hashed here: the ground truth."""
+    out = {}
+    for top in ("sglang", "sglang-0.5.23.dist-info"):
+        for root, dirs, files in os.walk(target.site_packages / top):
+            dirs[:] = [d for d in dirs if d != "__pycache__"]
+            for f in files:
+                if not f.endswith(".pyc"):
+                    full = os.path.join(root, f)
+                    out[os.path.relpath(full, target.site_packages)] = sha256_file(full)
+    return out
+
+
+def _assert_mirror_equals_live(mirror: Mirror, target) -> None:
+    live = _live_files(target)
+    assert {p: e.sha256 for p, e in mirror.manifest.files.items()} == live
+    mirrored = {str(p.relative_to(mirror.tree)) for p in mirror.tree.rglob("*") if p.is_file()}
+    assert mirrored == set(live)
+    for p in ("sglang/srt/server_args.py", "sglang-0.5.23.dist-info/RECORD"):
+        assert mirror.read(p) == (target.site_packages / p).read_bytes()
+
+
+@pytest.mark.ssh
+@pytest.mark.slow
+def test_snapshot_over_ssh_then_incremental(ssh_host, sglang_target, sglpatch_home, capsys):
+    with connect(ssh_host) as t:
+        info = discover(t, ssh_host)
+        full = snapshot(t, ssh_host, info)
+        mirror = full.mirror
+        assert mirror.root == sglpatch_home / "mirrors" / "sshd-test" / "0.5.23"
+        # ~5,800 files in two round trips: one hash, one tar
+        assert full.round_trips == 2 and full.files > 5000
+        assert len(full.fetched) == full.files and full.unchanged == 0
+        assert full.bytes_fetched > 100_000_000
+        _assert_mirror_equals_live(mirror, sglang_target)
+        states = mirror.record_states()
+        assert states["sglang-0.5.23.dist-info/RECORD"] == "unhashed"
+        assert {s for p, s in states.items() if not p.endswith("RECORD")} == {"pristine"}
+        # every mirrored file hashes to the installed distribution's RECORD
+        assert all(info.record[p] == e.sha256 for p, e in mirror.manifest.files.items()
+                   if info.record.get(p))
+
+        again = snapshot(t, ssh_host, info)
+        assert again.round_trips == 1 and again.fetched == [] and again.unchanged == full.files
+
+        # change one file, add one, delete one: only the changed and new ones travel
+        changed = sglang_target.package_dir / "srt" / "speculative" / "spec_info.py"
+        changed.write_text(changed.read_text() + "\n# local edit\n")
+        added = sglang_target.package_dir / "srt" / "speculative" / "ddtree_new.py"
+        added.write_text("X = 1\n")
+        gone = sglang_target.package_dir / "lang" / "api.py"
+        gone.unlink()
+        os.chmod(sglang_target.package_dir / "version.py", 0o600)
+        inc = snapshot(t, ssh_host, info)
+        assert inc.round_trips == 2
+        assert inc.fetched == ["sglang/srt/speculative/ddtree_new.py",
+                               "sglang/srt/speculative/spec_info.py"]
+        assert inc.deleted == ["sglang/lang/api.py"]
+        assert not mirror.path_of("sglang/lang/api.py").exists()
+        assert mirror.read("sglang/lang/api.py") is None
+        assert mirror.manifest.files["sglang/version.py"].mode == 0o600
+        _assert_mirror_equals_live(mirror, sglang_target)
+        st = mirror.record_states()
+        assert st["sglang/srt/speculative/spec_info.py"] == "modified"
+        assert st["sglang/srt/speculative/ddtree_new.py"] == "unrecorded"
+        assert st["sglang/lang/api.py"] == "missing"
+    with capsys.disabled():
+        print(f"\n[snapshot over loopback SSH] full: {full.files} files, "
+              f"{full.bytes_fetched / 1e6:.1f} MB, {full.round_trips} round trips, "
+              f"{full.seconds:.2f} s | no-op: {again.round_trips} round trip, {again.seconds:.2f} s"
+              f" | 2 changed+1 deleted: {inc.round_trips} round trips, {inc.seconds:.2f} s")
+
+
+def test_snapshot_local_and_reopen(local_host, local_target, tmp_path):
+    t = connect(local_host)
+    info = discover(t, local_host)
+    res = snapshot(t, local_host, info, home=tmp_path, compress=True)
+    assert res.round_trips == 2
+    m = Mirror.open(tmp_path, "local-test", "0.5.23")
+    assert len(m.manifest.files) == res.files
+    assert m.dist_info == "sglang-0.5.23.dist-info"
+    assert m.read("sglang/version.py") == (local_target.package_dir / "version.py").read_bytes()
+    assert "sglang/version.py" in m and "nope.py" not in m
+    assert res.to_dict()["round_trips"] == 2
+    # a damaged mirror file is noticed on read, and the next snapshot repairs it
+    p = m.path_of("sglang/version.py")
+    p.write_text("tampered")
+    with pytest.raises(StateError, match="does not match its manifest"):
+        Mirror.open(tmp_path, "local-test", "0.5.23").read("sglang/version.py")
+    p.write_text("tampered-and-longer-than-before" * 100)
+    fix = snapshot(t, local_host, info, home=tmp_path)
+    assert fix.fetched == ["sglang/version.py"]
+    assert fix.mirror.read("sglang/version.py") == (local_target.package_dir / "version.py").read_bytes()
+    # a stray file in the tree (an interrupted earlier run) is removed
+    stray = m.tree / "sglang" / ".stray.sglpatch-tmp"
+    stray.write_text("x")
+    snapshot(t, local_host, info, home=tmp_path)
+    assert not stray.exists()
+
+
+def test_mirror_open_without_snapshot_says_what_to_do(tmp_path):
+    with pytest.raises(StateError) as ei:
+        Mirror.open(tmp_path, "gpu1", "0.5.23")
+    assert "sglpatch snapshot gpu1" in ei.value.hint
+
+
+def test_mirror_rejects_unsafe_paths(tmp_path):
+    m = Mirror(tmp_path, "h", "1")
+    for bad in ("/etc/passwd", "../x", "a/../../b", "a//b", "./a", ""):
+        with pytest.raises(ValueError):
+            m.path_of(bad)
+
+
+def test_snapshot_round_trips_do_not_grow_with_files(local_host, local_target, tmp_path):
+    t = connect(local_host)
+    info = discover(t, local_host)
+    extra = local_target.package_dir / "many"
+    extra.mkdir()
+    for i in range(300):
+        (extra / f"f{i}.py").write_text(f"V = {i}\n")
+    r1 = snapshot(t, local_host, info, home=tmp_path)
+    for i in range(0, 300, 3):
+        (extra / f"f{i}.py").write_text(f"V = {i} + 1\n")
+    r2 = snapshot(t, local_host, info, home=tmp_path)
+    assert (r1.round_trips, r2.round_trips) == (2, 2) and len(r2.fetched) == 100
