@@ -839,12 +839,11 @@ def plan_apply(transport: Transport, host: Any, info: Any, patchset: Any, *, pri
 
 
 def _allowed(fp: FilePlan, history: dict[int, dict[str, str | None]]) -> list[str | None]:
+    """Live hashes the agent accepts for ``fp`` (None = absent): pristine, this revision's, earlier ones'."""
     allowed = {fp.pristine, fp.expected}
     for h in history.values():
         if fp.path in h:
             allowed.add(h[fp.path])
-    if fp.path not in {p for h in history.values() for p in h} and fp.pristine is None:
-        allowed.add(None)
     return sorted(allowed, key=lambda x: "" if x is None else x)
 
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from sglang_patcher.deploy import apply_to_host, host_status, plan_apply, rollback_host
+from sglang_patcher.deploy import apply_to_host, host_status, rollback_host
 from sglang_patcher.discovery import discover
 from sglang_patcher.errors import CheckFailedError, DeployError, DriftError
 from sglang_patcher.mirror import snapshot
