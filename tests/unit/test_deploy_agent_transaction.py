@@ -301,3 +301,16 @@ def test_status_without_patchset_shows_an_interrupted_deployment(env, monkeypatc
     rb = rollback_host(env.t, env.host, env.info, home=env.home, break_lock=True)
     assert rb.rolled_back == [st.journal["id"]]
     assert_release(env)
+
+
+def test_host_state_dir_outside_site_packages(env):
+    state = env.tmp / "elsewhere" / "sglpatch-state"
+    env.host.state_dir = str(state)
+    res = apply(env)
+    assert res.status == "applied"
+    assert not (env.sp / ".sglpatch").exists()
+    assert (state / "deployments" / f"{res.deployment_id}.json").is_file()
+    assert (state / "backups" / res.deployment_id / SPEC).read_bytes() == RELEASE[SPEC]
+    assert host_status(env.t, env.host, env.info, env.ps).overall == "patched"
+    rollback_host(env.t, env.host, env.info, home=env.home)
+    assert_release(env)
