@@ -15,6 +15,7 @@ distribution's.
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -100,6 +101,9 @@ def discover(transport: Transport, host, *, record: bool = True,
             raise TransportError(f"{host.name}: `sudo -n` needs a password for {host.address}",
                                  hint="allow passwordless sudo for that user on the host, or set "
                                       "`sudo: false` in hosts.yaml") from exc
+        if host.sudo and re.search(r"\bsudo: (command )?not found", text):
+            raise TransportError(f"{host.name}: `sudo` is not installed on {host.address}",
+                                 hint="install sudo there, or set `sudo: false` in hosts.yaml") from exc
         missing = exc.returncode in (126, 127) or (
             host.sudo and "command not found" in text)
         if missing:

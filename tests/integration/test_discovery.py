@@ -147,3 +147,13 @@ def test_package_without_metadata_shadowing(local_host, local_target, tmp_path):
     shutil.rmtree(local_target.package_dir)
     with pytest.raises(DiscoveryError, match="no importable `sglang` package"):
         discover(connect(local_host), local_host)
+
+
+@pytest.mark.ssh
+def test_sudo_that_cannot_run_is_a_transport_error_not_a_missing_interpreter(sshd, sglang_target):
+    from sglang_patcher.errors import TransportError
+    host = sshd.host_entry(sglang_target, sudo=True)
+    with connect(host) as t, pytest.raises(TransportError, match="sudo") as ei:
+        discover(t, host)
+    assert not isinstance(ei.value, DiscoveryError)
+    assert "sudo: false" in ei.value.hint or "passwordless sudo" in ei.value.hint

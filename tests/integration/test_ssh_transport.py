@@ -180,3 +180,11 @@ def test_proxyjump_chain_with_strict_keys_on_every_hop(sshd, tmp_path, monkeypat
     with connect(Host(name="via-jumps", ssh_alias="target", python=PY, known_hosts=str(kh))) as t:
         with pytest.raises(HostKeyError, match=f"127.0.0.1:{sshd.port}"):
             t.run(["true"])
+
+
+def test_the_test_sshd_has_no_sftp_and_we_do_not_need_it(sshd):
+    # hosts without SFTP must work: everything travels on exec channels
+    with connect(sshd.host_entry(PY)) as t:
+        assert t.run([PY, "-c", "print(1)"]).stdout == b"1\n"
+        with pytest.raises(Exception):
+            t._conn.client.open_sftp()
