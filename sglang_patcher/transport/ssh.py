@@ -106,14 +106,25 @@ class SSHTransport:
         return os.path.expanduser("~/.ssh/known_hosts")
 
     def _harden(self, conn: Connection, known_hosts: str) -> None:
-        """Strict host-key checking on ``conn`` and every ProxyJump hop before it."""
+        """Strict host-key checking on ``conn`` and every ProxyJump hop before it.
+
+        Keys come from ``known_hosts`` and, unless the host names its own file in hosts.yaml, also
+        from the system-wide file (ssh_config ``GlobalKnownHostsFile``, default
+        /etc/ssh/ssh_known_hosts), as ``ssh`` does.
+        """
         client = conn.client
         client.set_missing_host_key_policy(_RejectUnknownKey(known_hosts))
-        if os.path.exists(known_hosts):
+        files = [known_hosts]
+        if not self.host.known_hosts:
+            glob = conn.ssh_config.get("globalknownhostsfile") or "/etc/ssh/ssh_known_hosts"
+            files += [os.path.expanduser(f) for f in glob.split()]
+        for path in files:
+            if not os.path.isfile(path):
+                continue
             try:
-                client.load_system_host_keys(known_hosts)
+                client.load_system_host_keys(path)
             except (OSError, SSHException) as exc:
-                raise TransportError(f"{self.name}: cannot read known_hosts {known_hosts} ({exc})",
+                raise TransportError(f"{self.name}: cannot read known_hosts {path} ({exc})",
                                      hint="fix or remove the malformed line") from exc
         if isinstance(conn.gateway, Connection):
             self._harden(conn.gateway, known_hosts)
