@@ -477,6 +477,7 @@ def load_patchset(name_or_path: str | os.PathLike, *, search: list[Path] | None 
 
 
 def _load_dir(root: Path, *, origin: str) -> Patchset:
+    root = Path(root).absolute()
     path = root / _YAML
     try:
         raw_text = path.read_text(encoding="utf-8")

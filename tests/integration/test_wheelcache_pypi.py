@@ -7,6 +7,8 @@ The download is cached between runs under ``$SGLPATCH_TEST_WHEEL_HOME`` (default
 from __future__ import annotations
 
 import os
+import shutil
+import subprocess
 import time
 import zipfile
 from pathlib import Path
@@ -14,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from sglang_patcher.errors import PatchsetError
-from sglang_patcher.manifest import read_record
+from sglang_patcher.manifest import read_record, sha256_bytes
 from sglang_patcher.patchset import load_patchset
 from sglang_patcher.wheelcache import pristine_tree, tree_from_wheel, wheels_dir
 
@@ -91,5 +93,30 @@ def test_ddtree_renders_cleanly_on_the_release(tree):
         [h for h in result.hunks if h.status == "already_applied"]
     text = result.diff_text()
     assert "DDTREE" in text
+    for path, change in result.files.items():                  # hashes say patched, classify agrees
+        assert ps.classify(path, sha256_bytes(change.new), version=V) == "patched"
+        assert ps.classify(path, None if change.old is None else sha256_bytes(change.old), version=V) == "pristine"
     # and it is the named lookup that the CLI uses
     assert load_patchset("ddtree", search=[REPO / "patchsets"]).revision == ps.revision
+
+
+@pytest.mark.skipif(not (REPO / "patchsets/ddtree/patchset.yaml").is_file() or shutil.which("git") is None,
+                    reason="needs patchsets/ddtree/patchset.yaml and git")
+def test_ddtree_series_agrees_with_git_apply(tree, tmp_path):
+    """An independent applier (git apply, fuzz 0 by default here) gives the same bytes as ours."""
+    ps = load_patchset(REPO / "patchsets" / "ddtree")
+    result = ps.render(V, tree.read)
+    for path, change in result.files.items():
+        if change.old is not None:
+            (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
+            (tmp_path / path).write_bytes(change.old)
+    for rel in ps.target(V).series:
+        run = subprocess.run(["git", "apply", "-C3", "--whitespace=nowarn", str(ps.root / rel)], cwd=tmp_path,
+                             capture_output=True, text=True)
+        assert run.returncode == 0, f"git apply {rel}: {run.stderr}"
+    for rel_new, src in ps.target(V).new_files.items():
+        (tmp_path / rel_new).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel_new).write_bytes((ps.root / src).read_bytes())
+    for path, change in result.files.items():
+        disk = tmp_path / path
+        assert (disk.read_bytes() if disk.exists() else None) == change.new, path
