@@ -574,11 +574,24 @@ def _end(node: Any) -> int:
     return _end(last[1] if isinstance(node, yaml.MappingNode) else last)
 
 
+def _scalar(value: str | None) -> str:
+    """``value`` as a YAML scalar: plain when it reads back as the same string, else double-quoted."""
+    if value is None:
+        return "null"
+    if re.match(r"^[A-Za-z0-9_./-]+$", value):
+        try:
+            if yaml.safe_load(f"k: {value}") == {"k": value}:
+                return value
+        except yaml.YAMLError:
+            pass
+    return json.dumps(value)
+
+
 def _render_map(key: str, indent: int, mapping: dict[str, str | None]) -> str:
     if not mapping:
         return f"{key}: {{}}"
     pad = " " * (indent + 2)
-    rows = [f"{pad}{json.dumps(p)}: {json.dumps(h) if h else 'null'}" for p, h in sorted(mapping.items())]
+    rows = [f"{pad}{_scalar(p)}: {_scalar(h)}" for p, h in sorted(mapping.items())]
     return f"{key}:\n" + "\n".join(rows)
 
 

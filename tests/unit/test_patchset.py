@@ -311,3 +311,11 @@ def test_refresh_cli_with_a_tree_directory(tmp_path, capsys):
     assert main(["refresh", str(root), V, "--tree", str(tree)]) == 0
     assert "refreshed 3 file hashes" in capsys.readouterr().out
     load_patchset(root).render(V, read_release)
+
+
+def test_refresh_writes_scalars_that_read_back_as_strings():
+    from sglang_patcher.patchset import _scalar
+    for value in ["0" * 64, "1234" * 16, "ab" * 32, "sglang/srt/x.py", "true", "null", "0.5.23", "1e5"]:
+        assert yaml.safe_load(f"k: {_scalar(value)}") == {"k": value}
+    assert _scalar("ab" * 32) == "ab" * 32          # plain where safe: a refresh of a plain file is a no-op diff
+    assert yaml.safe_load(f"k: {_scalar(None)}") == {"k": None}
