@@ -1,0 +1,230 @@
+"""The ddtree patchset (revision 1) against the real sglang 0.5.23 wheel, and its L1 check for real.
+
+* The series applies to the pristine wheel tree with GNU ``patch --fuzz=0`` and with the project's
+  strict applier (``Patchset.render``), and both give exactly the manifest's ``expected`` hashes; the
+  ``pristine`` hashes are the wheel's RECORD hashes.
+* The patchset README lists every DFLASH check site of the pristine tree (an AST scan), so a port to
+  another release cannot silently skip one.
+* L1 (marker ``l1``): the check script, run by a real target venv's interpreter, reports every check
+  ``skipped`` on a ``--no-deps`` venv, ``failed`` on an unpatched L1 venv (``from_string("DDTREE")``
+  raises there), and ``passed`` on the patched L1 venv (tests/requirements-l1.txt: CPU torch + light
+  deps). The venvs are the shared cached ones of ``tests/support/venvs.py``.
+"""
+
+from __future__ import annotations
+
+import ast
+import csv
+import base64
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from sglang_patcher.errors import PatchsetError
+from sglang_patcher.patchset import load_patchset
+from tests.support import venvs
+
+pytestmark = pytest.mark.sglang
+
+REPO = Path(__file__).resolve().parents[2]
+DDTREE = REPO / "patchsets" / "ddtree"
+L1_SCRIPT = DDTREE / "checks" / "l1_ddtree.py"
+README = DDTREE / "README.md"
+V = "0.5.23"
+L1_CHECKS = 10
+
+
+def _sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+@pytest.fixture(scope="module")
+def ps():
+    return load_patchset(DDTREE)
+
+
+@pytest.fixture(scope="module")
+def tree():
+    """The pristine sglang 0.5.23 tree from the PyPI wheel (cached download, fresh verified tree)."""
+    from sglang_patcher.wheelcache import pristine_tree
+
+    home = Path(os.environ.get("SGLPATCH_TEST_WHEEL_HOME", "/var/tmp/sglpatch-tests/wheel-home"))
+    home.mkdir(parents=True, exist_ok=True)
+    try:
+        return pristine_tree(V, home=home)
+    except PatchsetError as exc:
+        if os.environ.get("CI"):
+            raise
+        pytest.skip(f"cannot fetch the sglang {V} wheel: {exc}")
+
+
+def _record_hashes(tree) -> dict[str, str]:
+    rec = tree.read(f"sglang-{V}.dist-info/RECORD").decode()
+    out = {}
+    for row in csv.reader(rec.splitlines()):
+        if len(row) >= 2 and row[1].startswith("sha256="):
+            out[row[0]] = base64.urlsafe_b64decode(row[1][7:] + "==").hex()
+    return out
+
+
+def _patched_copy(ps, tree, dest: Path) -> Path:
+    """Copy the touched files of the pristine tree to ``dest`` and apply the series with GNU patch."""
+    target = ps.target(V)
+    for path in target.pristine:
+        (dest / path).parent.mkdir(parents=True, exist_ok=True)
+        (dest / path).write_bytes(tree.read(path))
+    for rel in target.series:
+        proc = subprocess.run(["patch", "-p1", "--fuzz=0", "--forward", "--batch",
+                               "--no-backup-if-mismatch", "-i", str(DDTREE / rel)],
+                              cwd=dest, capture_output=True, text=True)
+        assert proc.returncode == 0, f"{rel} does not apply with --fuzz=0:\n{proc.stdout}{proc.stderr}"
+        assert "offset" not in proc.stdout and "fuzz" not in proc.stdout, proc.stdout
+    return dest
+
+
+def test_pristine_hashes_are_the_wheel_record(ps, tree):
+    record = _record_hashes(tree)
+    for path, sha in ps.target(V).pristine.items():
+        assert sha == record[path] == _sha(tree.read(path)), path
+
+
+@pytest.mark.skipif(shutil.which("patch") is None, reason="GNU patch is not installed")
+def test_series_applies_with_gnu_patch_fuzz0_to_expected_hashes(ps, tree, tmp_path):
+    out = _patched_copy(ps, tree, tmp_path)
+    target = ps.target(V)
+    assert set(target.expected) == set(target.pristine)
+    for path, sha in target.expected.items():
+        assert _sha((out / path).read_bytes()) == sha, path
+
+
+def test_series_renders_with_the_strict_applier(ps, tree):
+    res = ps.render(V, tree.read)          # checks pristine and expected hashes itself
+    assert sorted(res.files) == sorted(ps.target(V).expected)
+    for path, change in res.files.items():
+        assert _sha(change.new) == ps.target(V).expected[path], path
+    assert "+    DDTREE = auto()" in res.diff_text
+    assert "+    speculative_ddtree_budget: A[" in res.diff_text
+
+
+def test_patched_files_compile(ps, tree, tmp_path):
+    for path, change in ps.render(V, tree.read).files.items():
+        compile(change.new, path, "exec")
+
+
+# --- every DFLASH site of the pristine tree is listed in the README ---------------------------------
+
+def dflash_sites(read, paths) -> list[str]:
+    """``path:line`` of every DFLASH check in ``paths``: a call of ``.is_dflash()`` or
+    ``.is_dflash_family()``, the attribute ``SpeculativeAlgorithm.DFLASH``, or the string constant
+    ``"DFLASH"`` (a whole string, as compared with ``speculative_algorithm``)."""
+    sites = []
+    for path in paths:
+        for node in ast.walk(ast.parse(read(path))):
+            hit = (
+                (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                 and node.func.attr in ("is_dflash", "is_dflash_family"))
+                or (isinstance(node, ast.Attribute) and node.attr == "DFLASH"
+                    and isinstance(node.value, ast.Name) and node.value.id == "SpeculativeAlgorithm")
+                or (isinstance(node, ast.Constant) and node.value == "DFLASH")
+            )
+            if hit:
+                sites.append(f"{path}:{node.lineno}")
+    return sorted(set(sites))
+
+
+def test_readme_lists_every_dflash_site_of_the_pristine_tree(tree):
+    root = tree.tree
+    paths = sorted(p.relative_to(root).as_posix() for p in (root / "sglang").rglob("*.py"))
+    found = dflash_sites(lambda p: (root / p).read_bytes(), paths)
+    listed = set(re.findall(r"`(sglang/[\w/]+\.py:\d+)`", README.read_text()))
+    missing = sorted(set(found) - listed)
+    stale = sorted(listed - set(found))
+    assert not missing, f"DFLASH sites missing from {README.name}: {missing}"
+    assert not stale, f"{README.name} lists sites that are not DFLASH checks in {V}: {stale}"
+    assert len(found) >= 60
+
+
+# --- L1 in real target venvs -------------------------------------------------------------------------
+
+def _run_l1(python: str, env_extra: dict[str, str] | None = None) -> list[dict]:
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    env.update(env_extra or {})
+    proc = subprocess.run([python, str(L1_SCRIPT)], capture_output=True, text=True, env=env,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = proc.stdout.strip().splitlines()
+    assert len(lines) == 1, f"stdout must be one JSON line, got:\n{proc.stdout[-2000:]}"
+    checks = json.loads(lines[0])["checks"]
+    assert len(checks) == L1_CHECKS and all(c["status"] in ("passed", "failed", "skipped")
+                                            for c in checks), checks
+    return checks
+
+
+def _venv_or_skip(name: str, extra: list[str]) -> Path:
+    if extra and "PIP_FIND_LINKS" not in os.environ and Path("/opt/wheels").is_dir():
+        os.environ["PIP_FIND_LINKS"] = "/opt/wheels"   # where the CPU torch wheel lies
+    try:
+        return venvs.pristine_venv(name, extra)
+    except RuntimeError as exc:
+        if os.environ.get("CI"):
+            raise
+        pytest.skip(f"cannot build the {name} venv: {exc}")
+
+
+@pytest.fixture(scope="session")
+def l1_pristine_venv() -> Path:
+    reqs = venvs.read_requirements(REPO / "tests" / "requirements-l1.txt")
+    assert reqs, "tests/requirements-l1.txt is empty"
+    return _venv_or_skip("sglang-l1", reqs)
+
+
+@pytest.fixture(scope="module")
+def l1_patched_venv(l1_pristine_venv, ps, tree, tmp_path_factory) -> venvs.TargetVenv:
+    """A working copy of the L1 venv (dependencies hard-linked) with the series applied."""
+    dest = tmp_path_factory.mktemp("l1-patched") / "venv"
+    target = venvs.clone_venv(l1_pristine_venv, dest, share_deps=True)
+    for path, change in ps.render(V, tree.read).files.items():
+        (target.site_packages / path).write_bytes(change.new)
+    yield target
+    venvs.remove_venv(dest)
+
+
+@pytest.mark.l1
+def test_l1_skips_everything_on_a_no_deps_venv(ps, tree, tmp_path):
+    pristine = _venv_or_skip("sglang", [])
+    target = venvs.clone_venv(pristine, tmp_path / "venv")
+    try:
+        for path, change in ps.render(V, tree.read).files.items():
+            (target.site_packages / path).write_bytes(change.new)
+        checks = _run_l1(str(target))
+    finally:
+        venvs.remove_venv(tmp_path / "venv")
+    assert {c["status"] for c in checks} == {"skipped"}, checks
+    assert all(c["detail"].startswith("missing module ") for c in checks), checks
+
+
+@pytest.mark.l1
+@pytest.mark.slow
+def test_l1_fails_on_the_unpatched_tree(l1_pristine_venv):
+    checks = {c["name"]: c for c in _run_l1(str(l1_pristine_venv / "bin" / "python"))}
+    assert checks["import patched modules"]["status"] == "passed"
+    assert checks["from_string DDTREE"]["status"] == "failed"
+    assert "Unknown speculative algorithm name: DDTREE" in checks["from_string DDTREE"]["detail"]
+    others = [c for n, c in checks.items() if n != "import patched modules"]
+    assert all(c["status"] == "failed" for c in others), others
+
+
+@pytest.mark.l1
+@pytest.mark.slow
+def test_l1_passes_on_the_patched_tree(l1_patched_venv):
+    checks = {c["name"]: c for c in _run_l1(str(l1_patched_venv))}
+    bad = {n: c for n, c in checks.items() if c["status"] != "passed"}
+    assert not bad, json.dumps(bad, indent=1)
+    assert "refused" in checks["validation refuses a hybrid target without the override"]["detail"]
+    assert "revision 2" in checks["create_worker refuses DDTREE (revision 2)"]["detail"]
