@@ -94,9 +94,10 @@ def simulate_tp(x: torch.Tensor, R: int, k: int, uneven: bool = False):
 def test_sizes_take_max_of_block_and_budget_plus_one():
     s = D.DDTreeSizes(block_size=16, budget=256, topk=8)
     assert (s.draft_depth, s.verify_width, s.accept_width) == (15, 257, 16)
-    assert (s.window_width, s.kv_reserve, s.output_stride) == (257, 514, 16)
+    # reserve: the in-flight step's commit (<= L + 1 = B) plus the next window
+    assert (s.window_width, s.kv_reserve, s.output_stride) == (257, 16 + 257, 16)
     small = D.DDTreeSizes(block_size=16, budget=7, topk=7)
-    assert (small.verify_width, small.window_width, small.kv_reserve) == (8, 16, 32)
+    assert (small.verify_width, small.window_width, small.kv_reserve) == (8, 16, 32)  # = DFlash
     spec = SimpleNamespace(speculative_num_draft_tokens=16, speculative_ddtree_budget=64,
                            speculative_ddtree_topk=None)
     assert D.DDTreeSizes.from_spec(spec) == D.DDTreeSizes(16, 64, 64)
@@ -485,3 +486,31 @@ def test_simulated_decode_steps_emit_the_targets_greedy_tokens(seed):
             want.append(t)
             ctx = ctx + [t]
         assert emitted[b] == want
+
+
+# ------------------------------------------------------------------- the step's two halves
+def test_step_pipeline_halves_equal_the_individual_helpers():
+    tree = random_tree(9, bs=3, N=20, K=4, L=5)
+    sizes = D.DDTreeSizes(block_size=6, budget=20, topk=4)
+    prefix = torch.tensor([7, 1, 12])
+    pos = torch.zeros(3 * 21, dtype=torch.int64)
+    mask = torch.zeros(custom_mask_size(40, 3, 21), dtype=torch.bool)
+    vi = D.prepare_verify_tensors(tree, prefix, positions_out=pos, custom_mask_out=mask,
+                                  prefix_lens_sum=40)
+    # a host bound above the true sum (20) only adds padding after the last request's block
+    exact = build_custom_mask(tree, prefix, use_triton=False)
+    assert torch.equal(vi.custom_mask[: exact.numel()], exact)
+    assert bool(vi.custom_mask[exact.numel():].all())
+    tgt = targets_following_tree(tree, 9)
+    window = torch.arange(100, 100 + 3 * sizes.window_width).view(3, -1)
+    res = D.finish_verify_tensors(tree, tgt, prefix, window, sizes)
+    acc = greedy_accept(tree, tgt, use_triton=False)
+    assert torch.equal(res.acceptance.accept_index, acc.accept_index)
+    assert torch.equal(res.accept_index_flat, D.accept_index_to_sglang(acc, 21))
+    assert torch.equal(res.outputs.out_tokens, D.commit_outputs(tree, acc, prefix, 6).out_tokens)
+    assert torch.equal(res.kv_moves.tgt_loc, D.kv_compaction_pairs(acc, window).tgt_loc)
+    assert torch.equal(res.hidden_rows, D.accepted_hidden_rows(acc, 21, 6))
+    assert torch.equal(res.draft_positions, D.draft_commit_positions(prefix, 6))
+    if D.DDTreeDraftInputV2 is None:
+        with pytest.raises(RuntimeError, match="SGLang"):
+            D.make_ddtree_draft_input(bonus_tokens=torch.zeros(2), new_seq_lens=torch.zeros(2))

@@ -45,6 +45,7 @@ __all__ = [
     "local_topk_candidates",
     "merge_topk_candidates",
     "vocab_parallel_topk",
+    "gather_topk_candidates",
     "topk_logprobs",
     "build_tree_from_logits",
     "build_tree_from_candidates",
@@ -59,6 +60,11 @@ __all__ = [
     "draft_commit_positions",
     "CommitOutputs",
     "commit_outputs",
+    "StepResult",
+    "prepare_verify_tensors",
+    "finish_verify_tensors",
+    "DDTreeDraftInputV2",
+    "make_ddtree_draft_input",
 ]
 
 # ---------------------------------------------------------------------------------------------
@@ -152,8 +158,13 @@ class DDTreeSizes:
 
     @property
     def kv_reserve(self) -> int:
-        """Over-allocation per request in ``prepare_for_decode`` (DFlash uses 2 x B)."""
-        return 2 * self.window_width
+        """KV slots reserved ahead per request in ``prepare_for_decode``: B + max(B, N + 1).
+
+        DFlash reserves 2 x B from the host's committed length, which lags one step under the
+        overlap scheduler: B for the step in flight (it commits at most L + 1 = B tokens) plus B
+        for the next step's window. DDTree commits at most B tokens too, but its next window is
+        max(B, N + 1)."""
+        return self.block_size + self.window_width
 
     @property
     def output_stride(self) -> int:
@@ -262,16 +273,33 @@ def vocab_parallel_topk(
       local_logits: [T, V_local] this rank's shard (see ``local_topk_candidates``).
       vocab_start: global id of the shard's first column.
       k: K.
-      world_size: number of ranks R.
-      all_gather: ``f(x [*s]) -> [R, *s]`` gathering ``x`` from every rank in rank order (for
-        SGLang: ``tp_group.all_gather_into_tensor`` into a static buffer). Two calls per step
-        (fp32 [T, K + 1] values + lse, int64 [T, K] ids) — never the dense logits.
+      world_size, all_gather: see ``gather_topk_candidates``.
     Returns:
       TopKCandidates [T, K], the same on every rank, equal to the single-rank dense result
       (ids and values exactly; lse up to floating-point summation order).
-    Raises ValueError when world_size > 1 without all_gather.
     """
     local = local_topk_candidates(local_logits, vocab_start, k)
+    return gather_topk_candidates(local, k, world_size=world_size, all_gather=all_gather)
+
+
+def gather_topk_candidates(
+    local: TopKCandidates,
+    k: int,
+    *,
+    world_size: int = 1,
+    all_gather: Optional[Callable[[torch.Tensor], torch.Tensor]] = None,
+) -> TopKCandidates:
+    """Exchange every rank's local candidates and merge them (identically on every rank).
+
+    Args:
+      local: this rank's ``local_topk_candidates`` ([T, K]); k: K.
+      world_size: number of ranks R (1: ``local`` is returned as is).
+      all_gather: ``f(x [*s]) -> [R, *s]`` gathering ``x`` from every rank in rank order (for
+        SGLang: ``tp_group.all_gather_into_tensor``). Two calls per step (fp32 [T, K + 1]
+        values + lse, int64 [T, K] ids) — never the dense logits.
+    Raises ValueError when world_size > 1 without all_gather, or when it returns another rank
+    count.
+    """
     if world_size == 1:
         return local
     if all_gather is None:
@@ -693,3 +721,139 @@ def commit_outputs(tree, acc, prefix_lens: torch.Tensor, stride: int) -> CommitO
     out.scatter_(1, acc.accept_length.to(torch.int64)[:, None], acc.bonus_token.to(torch.int64)[:, None])
     commit = (acc.accept_length + 1).to(torch.int32)
     return CommitOutputs(out, commit, prefix_lens.to(torch.int64) + commit.to(torch.int64))
+
+
+# ---------------------------------------------------------------------------------------------
+# The decode step's tensor pipeline (what DDTreeWorker runs around the target forward)
+# ---------------------------------------------------------------------------------------------
+@dataclass
+class StepResult:
+    """Everything a DDTree step derives from one target verify (all fixed-shape tensors).
+
+      acceptance         core ``Acceptance``
+      accept_index_flat  [bs, L+1] int32  SGLang's flat accept rows (logprobs, EAGLE helpers)
+      outputs            ``CommitOutputs`` (next_token_ids rows, commit_lens, new_seq_lens)
+      kv_moves           ``KVMovePlan`` for the target pool
+      hidden_rows        [bs, B] int64 rows of the verify hidden states for the drafter
+      draft_positions    [bs * B] int64 positions of those rows (prefix + path position)
+    """
+
+    acceptance: Any
+    accept_index_flat: torch.Tensor
+    outputs: CommitOutputs
+    kv_moves: KVMovePlan
+    hidden_rows: torch.Tensor
+    draft_positions: torch.Tensor
+
+
+def prepare_verify_tensors(
+    tree,
+    prefix_lens: torch.Tensor,
+    *,
+    positions_out: torch.Tensor,
+    custom_mask_out: Optional[torch.Tensor],
+    prefix_lens_sum: int,
+    kv_loc_plan: Any = None,
+    kv_loc_cols: Any = None,
+) -> DDTreeVerifyInput:
+    """Tree -> verify input (positions written in place, FULL mask into ``custom_mask_out``).
+
+    Fixed shapes for a fixed (bs, N, host ``prefix_lens_sum`` bound): capturable in a CUDA graph
+    when ``custom_mask_out`` is a static buffer and the bound is held fixed.
+    """
+    return DDTreeVerifyInput.from_tree(
+        tree,
+        prefix_lens,
+        positions_out=positions_out,
+        custom_mask_out=custom_mask_out,
+        prefix_lens_sum=prefix_lens_sum,
+        kv_loc_plan=kv_loc_plan,
+        kv_loc_cols=kv_loc_cols,
+    )
+
+
+def finish_verify_tensors(
+    tree,
+    target_choice: torch.Tensor,
+    prefix_lens: torch.Tensor,
+    window_loc: torch.Tensor,
+    sizes: DDTreeSizes,
+    *,
+    verify_fn: Optional[Callable[..., Any]] = None,
+    dummy_loc: int = 0,
+) -> StepResult:
+    """Acceptance and everything after it, for one step.
+
+    Args:
+      tree: the verified core ``DDTree``.
+      target_choice: [bs, N1] int64, the target's argmax (T = 0) or per-node draw (T > 0).
+      prefix_lens: [bs] committed lengths before the step.
+      window_loc: [bs, >= N1] int64 target-pool slots of the verify window.
+      sizes: the step's ``DDTreeSizes``.
+      verify_fn: None -> the core's ``greedy_accept`` walk; else SGLang's
+        ``verify_tree_greedy_func`` (see ``sglang_greedy_accept``) — they accept the same path.
+    """
+    from .ddtree_accept import greedy_accept
+
+    N1 = sizes.verify_width
+    if verify_fn is None:
+        acc = greedy_accept(tree, target_choice)
+        flat = accept_index_to_sglang(acc, N1)
+    else:
+        res = sglang_greedy_accept(tree, target_choice, verify_fn=verify_fn)
+        acc, flat = res.acceptance, res.accept_index_flat
+    outputs = commit_outputs(tree, acc, prefix_lens, sizes.output_stride)
+    moves = kv_compaction_pairs(acc, window_loc, dummy_loc=dummy_loc)
+    rows = accepted_hidden_rows(acc, N1, sizes.block_size)
+    positions = draft_commit_positions(prefix_lens, sizes.block_size)
+    return StepResult(acc, flat, outputs, moves, rows, positions)
+
+
+# ---------------------------------------------------------------------------------------------
+# Draft state carried between steps (SGLang only)
+# ---------------------------------------------------------------------------------------------
+DDTreeDraftInputV2: Any = None
+if SGLANG_AVAILABLE:  # pragma: no cover - needs SGLang's import-time deps
+    try:
+        from sglang.srt.speculative.dflash_info_v2 import DFlashDraftInputV2 as _DraftBase
+    except ImportError:  # pragma: no cover
+        _DraftBase = None
+
+    if _DraftBase is not None:
+
+        @dataclass
+        class DDTreeDraftInputV2(_DraftBase):  # type: ignore[no-redef]
+            """DFlash's spec-v2 draft state with DDTree's KV reservation.
+
+            ``prepare_for_decode`` reserves ``decode_reserve_tokens(block)`` slots ahead per
+            request; revision 2 of the patchset turns DFlash's literal ``2 * block_size`` into
+            that method, and DDTree answers ``DDTreeSizes.kv_reserve`` = B + max(B, N + 1).
+            """
+
+            def decode_reserve_tokens(self, block_size: int) -> int:
+                from sglang.srt.runtime_context import get_spec
+
+                sizes = DDTreeSizes.from_spec(get_spec())
+                if int(block_size) != sizes.block_size:
+                    raise ValueError(
+                        f"DDTREE block size changed under the draft input: {block_size} != {sizes.block_size}"
+                    )
+                return sizes.kv_reserve
+
+
+def make_ddtree_draft_input(*, bonus_tokens: torch.Tensor, new_seq_lens: torch.Tensor):
+    """A ``DDTreeDraftInputV2`` like DFlash's ``make_draft_input_v2`` (SGLang only).
+
+    Raises RuntimeError where SGLang's draft input cannot be imported.
+    """
+    if DDTreeDraftInputV2 is None:
+        raise RuntimeError("DDTreeDraftInputV2 needs SGLang (sglang.srt.speculative.dflash_info_v2)")
+    bs = int(new_seq_lens.numel())
+    device = bonus_tokens.device
+    return DDTreeDraftInputV2(
+        topk_p=torch.empty((bs, 0), device=device, dtype=torch.float32),
+        topk_index=torch.empty((bs, 0), device=device, dtype=torch.int64),
+        bonus_tokens=bonus_tokens.to(dtype=torch.int64),
+        new_seq_lens=new_seq_lens.to(dtype=torch.int64),
+        hidden_states=torch.empty((bs, 0), device=device, dtype=torch.float16),
+    )
