@@ -649,12 +649,13 @@ class StatusReport:
         if self.lock:
             parts.append(Text(f"  locked by {describe_holder(self.lock)}", style="yellow"))
         t = Table(title="files")
-        for col in ("file", "state", "patchset", "rev", "live sha256"):
+        for col in ("file", "state", "patchset", "rev", "live sha256", "RECORD"):
             t.add_column(col, overflow="fold")
         styles = {"pristine": "green", "patched": "cyan", "drifted": "bold red", "absent": "dim"}
         for f in self.files:
+            rec = "-" if f.record is None else ("= live" if f.live == f.record else "≠ live")
             t.add_row(f.path, f"[{styles.get(f.state, '')}]{f.state}[/]", f.patchset or "",
-                      "" if f.revision is None else str(f.revision), (f.live or "-")[:16])
+                      "" if f.revision is None else str(f.revision), (f.live or "-")[:16], rec)
         parts.append(t)
         h = Table(title="deployments")
         for col in ("id", "patchset", "rev", "phase", "started", "files"):
