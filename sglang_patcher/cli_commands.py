@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 import click
 
 from . import service
@@ -66,7 +68,7 @@ def apply_cmd(app: AppContext, patchset: str, host_name: str, dry_run: bool, yes
     def confirm(plan) -> bool:
         if yes:
             return True
-        if app.as_json or not click.get_text_stream("stdin").isatty():
+        if app.as_json or not sys.stdin.isatty():
             raise ConfigError(f"{host.name}: refusing to deploy without confirmation",
                               hint="pass --yes to deploy non-interactively")
         app.say(plan)
