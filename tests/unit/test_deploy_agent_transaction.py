@@ -314,3 +314,29 @@ def test_host_state_dir_outside_site_packages(env):
     assert host_status(env.t, env.host, env.info, env.ps).overall == "patched"
     rollback_host(env.t, env.host, env.info, home=env.home)
     assert_release(env)
+
+
+CRASH_POINTS = ["partial:1", "stage:1", "partial:2", "stage:2", "commit:1", "commit:2", "pushed:0"]
+
+
+@pytest.mark.parametrize("point", CRASH_POINTS)
+@pytest.mark.parametrize("then", ["apply", "rollback"])
+def test_every_interruption_point_is_recoverable(env, monkeypatch, point, then):
+    """Kill the agent at each point of a push; the next apply ends patched, a rollback ends pristine,
+    and at no point does any file under its real name hold anything but its old or new bytes."""
+    monkeypatch.setenv("SGLPATCH_AGENT_CRASH", point)
+    with pytest.raises(Exception):
+        apply(env)
+    monkeypatch.delenv("SGLPATCH_AGENT_CRASH")
+    assert live(env, SPEC) in (sha(RELEASE[SPEC]), env.ps.target(VERSION).expected[SPEC])
+    assert live(env, NEWMOD) in (None, sha(b"REVISION = 1\n"))
+    if then == "apply":
+        res = apply(env, break_lock=True)
+        assert res.status in ("applied", "resumed") and res.recovered
+        assert host_status(env.t, env.host, env.info, env.ps).overall == "patched"
+    else:
+        rollback_host(env.t, env.host, env.info, home=env.home, break_lock=True)
+        assert_release(env)
+    st = host_status(env.t, env.host, env.info, env.ps)
+    assert st.lock is None and st.journal is None
+    assert not [p for p in env.sp.rglob("*") if ".sglpatch-" in p.name]
