@@ -24,10 +24,12 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from _timing import cpu_median_us, gpu_eager_median_us, gpu_graph_median_us  # noqa: E402
 
+from patchsets.ddtree.modules.ddtree_kernels import beam_triton  # noqa: E402
 from patchsets.ddtree.modules.ddtree_reference import build_tree_reference_from_topk  # noqa: E402
 from patchsets.ddtree.modules.ddtree_tree import (  # noqa: E402
     build_custom_mask,
     build_ddtree,
+    candidate_pairs,
     custom_mask_size,
     draft_topk,
 )
@@ -55,8 +57,12 @@ def main():
             full = gpu_graph_median_us(lambda: build_ddtree(x, roots, N, N), reps=50)
             eager = gpu_eager_median_us(lambda: build_ddtree(x, roots, N, N), reps=10)
             prep = gpu_graph_median_us(lambda: draft_topk(x, N), reps=50)
+            topk_only = gpu_graph_median_us(lambda: torch.topk(x, N, dim=-1), reps=50)
+            lp, _, _ = draft_topk(x, N)
+            ci, ck = candidate_pairs(N, lp.shape[-1], lp.device)
+            beam = gpu_graph_median_us(lambda: beam_triton(lp, N, ci, ck), reps=50)
             torch_arrays = gpu_graph_median_us(
-                lambda: build_ddtree(x, roots, N, N, use_triton=False), reps=30)
+                lambda: build_ddtree(x, roots, N, N, use_triton=False), reps=20)
             tree = build_ddtree(x, roots, N, N)
             pl = torch.full((bs,), 1024, dtype=torch.int64, device=dev)
             buf = torch.empty(custom_mask_size(1024 * bs, bs, N + 1), dtype=torch.bool, device=dev)
@@ -72,11 +78,12 @@ def main():
             cpu = cpu_median_us(cpu_run, reps=a.cpu_reps) * bs / nreq
             rows.append(dict(bs=bs, N=N, gpu_graph_us=full, gpu_eager_us=eager, gpu_prep_us=prep,
                              cpu_heap_us=cpu, speedup=cpu / full,
-                             gpu_graph_torch_arrays_us=torch_arrays, custom_mask_triton_us=mask_tri,
+                             gpu_graph_torch_path_us=torch_arrays, custom_mask_triton_us=mask_tri,
+                             torch_topk_us=topk_only, beam_kernel_us=beam,
                              custom_mask_torch_us=mask_tor))
             print(f"bs={bs:3d} N={N:5d} gpu_graph={full:9.1f}us eager={eager:9.1f}us "
                   f"prep={prep:8.1f}us cpu_heap={cpu:11.1f}us x{cpu / full:7.1f} "
-                  f"torch_arrays={torch_arrays:8.1f}us mask1024 tri={mask_tri:.1f} torch={mask_tor:.1f}",
+                  f"topk={topk_only:.1f} beam={beam:.1f} all_torch={torch_arrays:8.1f}us mask1024 tri={mask_tri:.1f} torch={mask_tor:.1f}",
                   flush=True)
     meta = dict(date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
                 device=torch.cuda.get_device_name(), torch=torch.__version__, L=L, V=V,
@@ -90,13 +97,15 @@ def main():
 def table(rows, meta):
     out = [f"Tree build — {meta['device']}, {meta['date']}, torch {meta['torch']}, L={meta['L']}, "
            f"V={meta['V']}, bf16 logits, K=N; CPU heap on {meta['cpu_threads']} threads",
-           "", "| bs | N | GPU graph µs | GPU eager µs | prep (lse+top-K) µs | CPU heap µs | speed-up "
-           "| graph, torch arrays µs | custom_mask (prefix 1024) Triton / torch µs |",
-           "|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+           "", "| bs | N | GPU graph µs | GPU eager µs | prep (lse+top-K+ties) µs | of which torch.topk µs "
+           "| fused beam µs | CPU heap µs | speed-up | all-torch path, graph µs "
+           "| custom_mask (prefix 1024) Triton / torch µs |",
+           "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
         out.append(f"| {r['bs']} | {r['N']} | {r['gpu_graph_us']:.1f} | {r['gpu_eager_us']:.1f} | "
-                   f"{r['gpu_prep_us']:.1f} | {r['cpu_heap_us']:.0f} | {r['speedup']:.0f}x | "
-                   f"{r['gpu_graph_torch_arrays_us']:.1f} | {r['custom_mask_triton_us']:.1f} / "
+                   f"{r['gpu_prep_us']:.1f} | {r['torch_topk_us']:.1f} | {r['beam_kernel_us']:.1f} | "
+                   f"{r['cpu_heap_us']:.0f} | {r['speedup']:.0f}x | "
+                   f"{r['gpu_graph_torch_path_us']:.1f} | {r['custom_mask_triton_us']:.1f} / "
                    f"{r['custom_mask_torch_us']:.1f} |")
     return "\n".join(out)
 

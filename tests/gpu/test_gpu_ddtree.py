@@ -74,13 +74,30 @@ def test_cuda_tree_equals_cpu_reference(dtype, V, N, K, kind):
 
 @pytest.mark.parametrize("N", [1, 16, 100, 512, 1024])
 def test_triton_paths_equal_torch(N):
+    from patchsets.ddtree.modules import ddtree_kernels as KR
+    from patchsets.ddtree.modules.ddtree_tree import _beam_search, candidate_pairs
+
     bs, L, V = 8, 15, 4096
     x = logits(N, bs, L, V, torch.bfloat16).to(DEV)
     rb = torch.randint(0, N + 1, (bs,), device=DEV)
-    t = build_ddtree(x, torch.arange(bs, device=DEV), N, N, request_budget=rb, use_triton=False)
-    from patchsets.ddtree.modules import ddtree_kernels as K
-
-    for a, b in zip(build_tree_arrays(t.parents, t.valid, L), K.tree_arrays_triton(t.parents, t.valid, L)):
+    # prep: same ids (tie rule), lse equal up to float32 rounding
+    lp, ids, lse = draft_topk(x, N, use_triton=True)
+    lp2, ids2, lse2 = draft_topk(x, N, use_triton=False)
+    assert torch.equal(ids, ids2)
+    torch.testing.assert_close(lse, lse2, rtol=0, atol=2e-5)
+    # fused beam == torch beam on the same log-probs (bit for bit)
+    ci, ck = candidate_pairs(N, lp.shape[-1], lp.device)
+    for a, b in zip(_beam_search(lp, N), KR.beam_triton(lp, N, ci, ck)[:4]):
+        assert torch.equal(a, b)
+    t = build_ddtree(x, torch.arange(bs, device=DEV), N, N, request_budget=rb, use_triton=True)
+    t2 = build_ddtree(x, torch.arange(bs, device=DEV), N, N, request_budget=rb, use_triton=False)
+    same = torch.equal(t.tokens, t2.tokens) and torch.equal(t.parents, t2.parents)
+    print(f"TRITON_VS_TORCH N={N} identical_trees={same}")
+    if same:
+        for f in ("depths", "valid", "retrieve_next_token", "retrieve_next_sibling", "tree_mask",
+                  "num_nodes"):
+            assert torch.equal(getattr(t, f), getattr(t2, f)), f
+    for a, b in zip(build_tree_arrays(t.parents, t.valid, L), KR.tree_arrays_triton(t.parents, t.valid, L)):
         assert torch.equal(a, b)
     pl = torch.randint(0, 300, (bs,), device=DEV)
     tot = custom_mask_size(int(pl.sum()), bs, N + 1)
@@ -95,23 +112,24 @@ def test_triton_paths_equal_torch(N):
         assert torch.equal(getattr(a, f), getattr(b, f)), f
 
 
-def pipeline(x, roots, rb, prefix_lens, mask_buf, pos_buf, target_logits, N, K):
+def pipeline(x, roots, rb, prefix_lens, mask_buf, pos_buf, target_logits, N, K, use_triton=None):
     """The decode step's tensor work: tree, verify inputs (mask, positions written in place),
     greedy acceptance, compaction/hand-off indices."""
-    tree = build_ddtree(x, roots, N, K, request_budget=rb)
-    build_custom_mask(tree, prefix_lens, out=mask_buf)
+    tree = build_ddtree(x, roots, N, K, request_budget=rb, use_triton=use_triton)
+    build_custom_mask(tree, prefix_lens, out=mask_buf, use_triton=use_triton)
     pos_buf.copy_(tree_positions(tree, prefix_lens))
     # target picks: follow the first child where target_logits[..., 0] > -0.5, else its argmax
     follow = torch.gather(tree.tokens, 1, tree.retrieve_next_token.clamp(min=0))
     target = torch.where(target_logits[..., 0] > -0.5, follow, target_logits.argmax(-1))
-    acc = greedy_accept(tree, target)
+    acc = greedy_accept(tree, target, use_triton=use_triton)
     idx = accepted_flat_indices(tree, acc)
     return (tree.tokens, tree.parents, tree.retrieve_next_token, tree.retrieve_next_sibling,
             acc.accept_index, acc.accept_length, acc.bonus_token, idx.flat_index, idx.contiguous)
 
 
+@pytest.mark.parametrize("use_triton", [True, False])
 @pytest.mark.parametrize("bs,N,V", [(1, 512, 151_936), (8, 64, 32_000), (4, 1024, 4096)])
-def test_cuda_graph_capture_replay_equals_eager(bs, N, V):
+def test_cuda_graph_capture_replay_equals_eager(bs, N, V, use_triton):
     L = 15
     x = torch.empty(bs, L, V, dtype=torch.bfloat16, device=DEV)
     roots = torch.empty(bs, dtype=torch.int64, device=DEV)
@@ -134,11 +152,11 @@ def test_cuda_graph_capture_replay_equals_eager(bs, N, V):
     s.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(s):
         for _ in range(2):  # warm-up: Triton compiles, candidate tables cached
-            pipeline(x, roots, rb, pl, mask_buf, pos_buf, tl_, N, N)
+            pipeline(x, roots, rb, pl, mask_buf, pos_buf, tl_, N, N, use_triton)
     torch.cuda.current_stream().wait_stream(s)
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        outs = pipeline(x, roots, rb, pl, mask_buf, pos_buf, tl_, N, N)
+        outs = pipeline(x, roots, rb, pl, mask_buf, pos_buf, tl_, N, N, use_triton)
     for seed in (1, 2, 3):
         fill(seed)
         graph.replay()
@@ -146,7 +164,7 @@ def test_cuda_graph_capture_replay_equals_eager(bs, N, V):
         got = [o.clone() for o in outs]
         got_mask, got_pos = mask_buf.clone(), pos_buf.clone()
         mask_buf.zero_()
-        eager = pipeline(x, roots, rb, pl, mask_buf, pos_buf, tl_, N, N)
+        eager = pipeline(x, roots, rb, pl, mask_buf, pos_buf, tl_, N, N, use_triton)
         for a, b in zip(got, eager):
             assert torch.equal(a, b)
         assert torch.equal(got_mask, mask_buf) and torch.equal(got_pos, pos_buf)

@@ -204,3 +204,17 @@ def test_bad_shapes_raise_clear_errors():
         build_ddtree(torch.zeros(2, 3, 4), torch.zeros(3, dtype=torch.long), 4, 2)
     with pytest.raises(ValueError, match="budget"):
         build_ddtree(torch.zeros(2, 3, 4), torch.zeros(2, dtype=torch.long), 0, 2)
+
+
+def test_build_from_topk_equals_build_from_logits():
+    """The TP entry point: the same tree from (lp, ids) as from the dense logits."""
+    from patchsets.ddtree.modules.ddtree_tree import build_ddtree_from_topk
+
+    x = make_logits(8, 3, 6, 30, "ties")
+    roots = torch.tensor([1, 2, 3])
+    rb = torch.tensor([20, 4, 0])
+    lp, ids, _ = draft_topk(x, 7)
+    a = build_ddtree(x, roots, 20, 7, request_budget=rb, use_triton=False)
+    b = build_ddtree_from_topk(lp, ids, roots, 20, request_budget=rb, use_triton=False)
+    for f in FIELDS + ("retrieve_next_token", "retrieve_next_sibling", "tree_mask", "num_nodes"):
+        assert torch.equal(getattr(a, f), getattr(b, f)), f

@@ -81,7 +81,7 @@ def greedy_accept(
     dev = tree.tokens.device
     if use_triton is None:
         use_triton = dev.type == "cuda"
-    if use_triton and dev.type == "cuda":
+    if use_triton:
         from .ddtree_kernels import greedy_walk_triton
 
         return greedy_walk_triton(tree, target_tokens)

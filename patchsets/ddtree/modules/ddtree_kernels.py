@@ -205,7 +205,7 @@ def greedy_walk_triton(tree: DDTree, target_tokens: torch.Tensor) -> Acceptance:
     acc_len = torch.empty((bs,), dtype=torch.int64, device=dev)
     bonus = torch.empty((bs,), dtype=torch.int64, device=dev)
     if bs > 0:
-        BLOCK = triton.next_power_of_2(N1)
+        BLOCK = max(16, triton.next_power_of_2(N1))
         _greedy_walk_kernel[(bs,)](
             tree.tokens.contiguous(), tree.parents.contiguous(),
             tree.valid.contiguous().view(torch.int8),
@@ -214,3 +214,280 @@ def greedy_walk_triton(tree: DDTree, target_tokens: torch.Tensor) -> Acceptance:
             num_warps=4 if BLOCK <= 512 else 8,
         )
     return Acceptance(acc_idx, acc_len, bonus)
+
+
+# ----------------------------------------------------------------------------------------------
+# Tree construction kernels: log-sum-exp, exact top-K tie fix, fused beam, fused labelling.
+# ----------------------------------------------------------------------------------------------
+
+_SUB_BITS = tl.constexpr(30)
+_MAXKEY = tl.constexpr(9223372036854775807)
+
+
+@triton.jit
+def _desc_key(s, v, sub):
+    """Triton twin of ``ddtree_tree.desc_key`` (same bits)."""
+    f = tl.where(s == 0.0, 0.0, s)
+    bits = f.to(tl.int32, bitcast=True).to(tl.int64) & 4294967295
+    asc = tl.where(bits >= 2147483648, 4294967295 - bits, bits + 2147483648)
+    primary = (4294967295 - asc) + tl.where(v, 0, 4294967296)
+    return (primary << 30) | sub.to(tl.int64)
+
+
+@triton.jit
+def _lse_kernel(x_ptr, out_ptr, V: tl.constexpr, BLOCK: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    offs = tl.arange(0, BLOCK)
+    m = tl.full([BLOCK], float("-inf"), tl.float32)
+    s = tl.zeros([BLOCK], tl.float32)
+    for start in range(0, V, BLOCK):
+        o = start + offs
+        x = tl.load(x_ptr + row * V + o, mask=o < V, other=float("-inf")).to(tl.float32)
+        m_new = tl.maximum(m, x)
+        scale = tl.where(m_new == float("-inf"), 0.0, tl.exp(m - m_new))
+        add = tl.where(x == float("-inf"), 0.0, tl.exp(x - m_new))
+        s = s * scale + add
+        m = m_new
+    mx = tl.max(m, axis=0)
+    tot = tl.sum(tl.where(m == float("-inf"), 0.0, s * tl.exp(m - mx)), axis=0)
+    tl.store(out_ptr + row, mx + tl.log(tot))
+
+
+def lse_triton(x: torch.Tensor) -> torch.Tensor:
+    """log-sum-exp over the last dim in float32, one program per row. x: [R, V] -> [R] float32."""
+    R, V = x.shape
+    out = torch.empty(R, dtype=torch.float32, device=x.device)
+    if R:
+        _lse_kernel[(R,)](x.contiguous(), out, V=V, BLOCK=2048, num_warps=8)
+    return out
+
+
+@triton.jit
+def _tie_fix_kernel(x_ptr, thr_ptr, ngt_ptr, ids_ptr, K, V: tl.constexpr, BLOCK: tl.constexpr):
+    """ids[row, ngt + r] = id of the r-th element (in id order) equal to thr, for r < K - ngt."""
+    row = tl.program_id(0).to(tl.int64)
+    t = tl.load(thr_ptr + row)
+    ngt = tl.load(ngt_ptr + row)
+    need = K - ngt
+    offs = tl.arange(0, BLOCK)
+    run = tl.zeros([], tl.int64)
+    for start in range(0, V, BLOCK):
+        o = start + offs
+        xv = tl.load(x_ptr + row * V + o, mask=o < V, other=0)
+        eq = (xv == t) & (o < V)
+        r = run + tl.cumsum(eq.to(tl.int64), axis=0) - 1
+        sel = eq & (r < need)
+        tl.store(ids_ptr + row * K + ngt + r, o.to(tl.int64), mask=sel)
+        run += tl.sum(eq.to(tl.int64), axis=0)
+
+
+def tie_fix_triton(x: torch.Tensor, vals: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+    """Make top-K ids follow the tie rule at the boundary value (smallest ids among ties).
+
+    x: [R, V] logits; vals/ids: [R, K] from ``torch.topk`` (sorted desc). Returns new ids
+    [R, K] int64 whose tied-boundary slots hold the smallest tied ids (order inside equal-value
+    runs is fixed afterwards by the caller).
+    """
+    R, V = x.shape
+    K = vals.shape[1]
+    thr = vals[:, K - 1].contiguous()
+    ngt = (vals > thr[:, None]).sum(-1)
+    out = ids.clone()
+    if R:
+        _tie_fix_kernel[(R,)](x.contiguous(), thr, ngt, out, K, V=V, BLOCK=2048, num_warps=8)
+    return out
+
+
+@triton.jit
+def _beam_kernel(
+    lp_ptr,  # [bs, L, K] f32
+    ci_ptr,  # [C] int64
+    ck_ptr,  # [C] int64
+    score_ptr,  # [bs, L, N] f32 out
+    valid_ptr,  # [bs, L, N] int8 out
+    parent_ptr,  # [bs, L, N] int64 out
+    rank_ptr,  # [bs, L, N] int64 out
+    gtop_ptr,  # [bs, N] int64 out: the N smallest global keys, ascending
+    scratch_ptr,  # [bs, CP] int64
+    scratch2_ptr,  # [bs, 2 * NP] int64
+    K,
+    N,
+    C,
+    L: tl.constexpr,
+    NP: tl.constexpr,
+    CP: tl.constexpr,
+):
+    b = tl.program_id(0).to(tl.int64)
+    offs_n = tl.arange(0, NP)
+    nm = offs_n < N
+    lp_b = lp_ptr + b * L * K
+    out_b = b * L * N
+    n1 = tl.minimum(N, K)
+    v0 = offs_n < n1
+    s0 = tl.load(lp_b + offs_n, mask=v0, other=float("-inf"))
+    tl.store(score_ptr + out_b + offs_n, s0, mask=nm)
+    tl.store(valid_ptr + out_b + offs_n, v0.to(tl.int8), mask=nm)
+    tl.store(parent_ptr + out_b + offs_n, tl.full([NP], -1, tl.int64), mask=nm)
+    tl.store(rank_ptr + out_b + offs_n, tl.minimum(offs_n, K - 1).to(tl.int64), mask=nm)
+    T = tl.where(nm, _desc_key(s0, v0, offs_n), _MAXKEY)
+    tl.debug_barrier()
+    offs_c = tl.arange(0, CP)
+    cm = offs_c < C
+    ci = tl.load(ci_ptr + offs_c, mask=cm, other=0)
+    ck = tl.load(ck_ptr + offs_c, mask=cm, other=0)
+    offs_2 = tl.arange(0, 2 * NP)
+    for d in range(1, L):
+        prev = out_b + (d - 1) * N
+        ps = tl.load(score_ptr + prev + ci, mask=cm, other=float("-inf"))
+        pv = tl.load(valid_ptr + prev + ci, mask=cm, other=0) != 0
+        lpv = tl.load(lp_b + d * K + ck, mask=cm, other=float("-inf"))
+        s = ps + lpv
+        key = tl.where(cm, _desc_key(s, pv & cm, offs_c), _MAXKEY)
+        sk = tl.sort(key)
+        tl.store(scratch_ptr + b * CP + offs_c, sk)
+        tl.debug_barrier()
+        top = tl.load(scratch_ptr + b * CP + offs_n, mask=nm, other=0)
+        c = tl.where(nm, top & 1073741823, 0)
+        pi = tl.load(ci_ptr + c)
+        pk = tl.load(ck_ptr + c)
+        sc = tl.load(score_ptr + prev + pi) + tl.load(lp_b + d * K + pk)
+        vc = (tl.load(valid_ptr + prev + pi) != 0) & nm
+        cur = out_b + d * N
+        tl.store(score_ptr + cur + offs_n, sc, mask=nm)
+        tl.store(valid_ptr + cur + offs_n, vc.to(tl.int8), mask=nm)
+        tl.store(parent_ptr + cur + offs_n, pi, mask=nm)
+        tl.store(rank_ptr + cur + offs_n, pk, mask=nm)
+        gd = tl.where(nm, _desc_key(sc, vc, d * N + offs_n), _MAXKEY)
+        both = tl.reshape(tl.join(T, gd), [2 * NP])
+        sb = tl.sort(both)
+        tl.store(scratch2_ptr + b * 2 * NP + offs_2, sb)
+        tl.debug_barrier()
+        T = tl.load(scratch2_ptr + b * 2 * NP + offs_n)
+        tl.debug_barrier()
+    tl.store(gtop_ptr + b * N + offs_n, T, mask=nm)
+
+
+def beam_triton(lp: torch.Tensor, budget: int, ci: torch.Tensor, ck: torch.Tensor):
+    """Fused per-depth beam + running global top-N, one program per request.
+
+    lp: [bs, L, K] float32; ci/ck: the static candidate table (``candidate_pairs``).
+    Returns score [bs, L, N] f32, valid [bs, L, N] bool, parent/rank [bs, L, N] int64 (same as
+    ``ddtree_tree._beam_search``) and gtop [bs, N] int64, the N smallest global keys ascending.
+    """
+    bs, L, K = lp.shape
+    N = int(budget)
+    C = ci.numel()
+    dev = lp.device
+    NP = max(16, triton.next_power_of_2(N))
+    CP = max(NP, triton.next_power_of_2(C))
+    score = torch.empty((bs, L, N), dtype=torch.float32, device=dev)
+    valid = torch.empty((bs, L, N), dtype=torch.bool, device=dev)
+    parent = torch.empty((bs, L, N), dtype=torch.int64, device=dev)
+    rank = torch.empty((bs, L, N), dtype=torch.int64, device=dev)
+    gtop = torch.empty((bs, N), dtype=torch.int64, device=dev)
+    scratch = torch.empty((bs, CP), dtype=torch.int64, device=dev)
+    scratch2 = torch.empty((bs, 2 * NP), dtype=torch.int64, device=dev)
+    if bs:
+        nw = 4 if CP <= 1024 else (8 if CP <= 4096 else 16)
+        _beam_kernel[(bs,)](
+            lp.contiguous(), ci, ck, score, valid.view(torch.int8), parent, rank, gtop,
+            scratch, scratch2, K, N, C, L=L, NP=NP, CP=CP, num_warps=nw,
+        )
+    return score, valid, parent, rank, gtop
+
+
+@triton.jit
+def _label_kernel(
+    gtop_ptr,  # [bs, N] int64
+    nb_ptr,  # [bs] int64 per-request budget (clamped to [0, N])
+    root_ptr,  # [bs] int64
+    ids_ptr,  # [bs, L, K] int64
+    score_ptr,  # [bs, L, N] f32
+    parent_ptr,  # [bs, L, N] int64 (parent order at depth d-1)
+    rank_ptr,  # [bs, L, N] int64
+    label_ptr,  # [bs, L, N] int64 scratch
+    tok_ptr,  # [bs, N1] int64 out
+    par_ptr,  # [bs, N1] int64 out
+    dep_ptr,  # [bs, N1] int64 out
+    val_ptr,  # [bs, N1] int8 out
+    sco_ptr,  # [bs, N1] f32 out
+    num_ptr,  # [bs] int64 out
+    K,
+    N,
+    L: tl.constexpr,
+    NP: tl.constexpr,
+    N1P: tl.constexpr,
+):
+    b = tl.program_id(0).to(tl.int64)
+    N1 = N + 1
+    o1 = tl.arange(0, N1P)
+    m1 = o1 < N1
+    root = tl.load(root_ptr + b)
+    tl.store(tok_ptr + b * N1 + o1, tl.where(o1 == 0, root, 0), mask=m1)
+    tl.store(par_ptr + b * N1 + o1, tl.full([N1P], -1, tl.int64), mask=m1)
+    tl.store(dep_ptr + b * N1 + o1, tl.zeros([N1P], tl.int64), mask=m1)
+    tl.store(val_ptr + b * N1 + o1, (o1 == 0).to(tl.int8), mask=m1)
+    tl.store(sco_ptr + b * N1 + o1, tl.where(o1 == 0, 0.0, float("-inf")), mask=m1)
+    offs = tl.arange(0, NP)
+    nm = offs < N
+    g = tl.load(gtop_ptr + b * N + offs, mask=nm, other=_MAXKEY)
+    nb = tl.load(nb_ptr + b)
+    take = nm & (offs < nb) & ((g >> 30) < 4294967296)
+    dd = tl.where(take, (g & 1073741823) // N, -1)
+    tl.debug_barrier()
+    off = tl.zeros([], tl.int64) + 1
+    for d in range(L):
+        m_d = tl.sum((dd == d).to(tl.int64), axis=0)
+        base = (b * L + d) * N
+        par = tl.load(parent_ptr + base + offs, mask=nm, other=0)
+        rk = tl.load(rank_ptr + base + offs, mask=nm, other=0)
+        sel = offs < m_d
+        key2 = tl.where(sel, tl.maximum(par, 0) * (K + 1) + rk, 4398046511103)
+        sp = tl.sort((key2 << 20) | offs.to(tl.int64))
+        o_p = (sp & 1048575).to(tl.int64)
+        pm = offs < m_d
+        o_p = tl.where(pm, o_p, 0)
+        tl.store(label_ptr + base + o_p, off + offs, mask=pm)
+        tl.debug_barrier()
+        po = tl.load(parent_ptr + base + o_p, mask=pm, other=0)
+        plab = tl.load(label_ptr + base - N + tl.maximum(po, 0), mask=pm & (d > 0), other=0)
+        rkp = tl.load(rank_ptr + base + o_p, mask=pm, other=0)
+        tok = tl.load(ids_ptr + (b * L + d) * K + rkp, mask=pm, other=0)
+        scp = tl.load(score_ptr + base + o_p, mask=pm, other=0.0)
+        col = b * N1 + off + offs
+        tl.store(tok_ptr + col, tok, mask=pm)
+        tl.store(par_ptr + col, plab, mask=pm)
+        tl.store(dep_ptr + col, tl.full([NP], d + 1, tl.int64), mask=pm)
+        tl.store(val_ptr + col, tl.full([NP], 1, tl.int8), mask=pm)
+        tl.store(sco_ptr + col, scp, mask=pm)
+        off += m_d
+        tl.debug_barrier()
+    tl.store(num_ptr + b, off - 1)
+
+
+def label_triton(gtop, nb, roots, ids, score, parent, rank, budget: int):
+    """Fused selection (first n_b of the global order) and labelling; see ``build_ddtree``.
+
+    Returns tokens, parents, depths [bs, N1] int64, valid [bs, N1] bool, scores [bs, N1] f32,
+    num_nodes [bs] int64 — identical to the torch path.
+    """
+    bs, L, N = score.shape
+    K = ids.shape[-1]
+    dev = score.device
+    N1 = N + 1
+    tokens = torch.empty((bs, N1), dtype=torch.int64, device=dev)
+    parents = torch.empty_like(tokens)
+    depths = torch.empty_like(tokens)
+    valid = torch.empty((bs, N1), dtype=torch.bool, device=dev)
+    scores = torch.empty((bs, N1), dtype=torch.float32, device=dev)
+    num = torch.empty((bs,), dtype=torch.int64, device=dev)
+    label = torch.empty((bs, L, N), dtype=torch.int64, device=dev)
+    if bs:
+        NP = max(16, triton.next_power_of_2(N))
+        _label_kernel[(bs,)](
+            gtop, nb.to(torch.int64).contiguous(), roots.to(torch.int64).contiguous(),
+            ids.contiguous(), score, parent, rank, label, tokens, parents, depths,
+            valid.view(torch.int8), scores, num, K, N, L=L, NP=NP,
+            N1P=max(16, triton.next_power_of_2(N1)), num_warps=4 if NP <= 512 else 8,
+        )
+    return tokens, parents, depths, valid, scores, num

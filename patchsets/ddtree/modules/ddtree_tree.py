@@ -36,6 +36,7 @@ import torch
 __all__ = [
     "DDTree",
     "build_ddtree",
+    "build_ddtree_from_topk",
     "draft_topk",
     "candidate_pairs",
     "build_tree_arrays",
@@ -133,7 +134,8 @@ def candidate_pairs(budget: int, k: int, device) -> Tuple[torch.Tensor, torch.Te
 
 
 def draft_topk(
-    draft_logits: torch.Tensor, topk: int, exact_ties: bool = True
+    draft_logits: torch.Tensor, topk: int, exact_ties: bool = True,
+    use_triton: Optional[bool] = None,
 ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Per-depth top-K' log-probs and ids under the tie rule (logit desc, token id asc).
 
@@ -146,16 +148,31 @@ def draft_topk(
     Returns:
       lp  [bs, L, K'] float32, min(logit - lse, 0), non-increasing along K';
       ids [bs, L, K'] int64;
-      lse [bs, L] float32 (torch.logsumexp of the float32 logits).
+      lse [bs, L] float32 (torch.logsumexp of the float32 logits; on the Triton path an online
+        log-sum-exp kernel, equal up to float32 rounding).
+      use_triton: log-sum-exp and the tie fix as Triton kernels (one pass each over the logits,
+        no [bs, L, V] temporaries); None = on CUDA.
     """
     if draft_logits.dim() != 3:
         raise ValueError(f"draft_logits must be [bs, L, V], got {tuple(draft_logits.shape)}")
     bs, L, V = draft_logits.shape
     k = min(int(topk), V)
     x = draft_logits
-    lse = torch.logsumexp(x.float(), dim=-1)  # [bs, L]
+    if use_triton is None:
+        use_triton = x.device.type == "cuda"
+    if use_triton:
+        from .ddtree_kernels import lse_triton
+
+        lse = lse_triton(x.reshape(bs * L, V)).view(bs, L)
+    else:
+        lse = torch.logsumexp(x.float(), dim=-1)  # [bs, L]
     vals, ids = torch.topk(x, k, dim=-1, largest=True, sorted=True)  # [bs, L, k]
-    if exact_ties:
+    if exact_ties and use_triton:
+        from .ddtree_kernels import tie_fix_triton
+
+        ids = tie_fix_triton(x.reshape(bs * L, V), vals.reshape(bs * L, k),
+                             ids.reshape(bs * L, k)).view(bs, L, k)
+    elif exact_ties:
         thr = vals[..., k - 1 : k]  # [bs, L, 1]
         n_gt = (vals > thr).sum(-1, keepdim=True)  # [bs, L, 1]
         vocab = torch.arange(V, device=x.device, dtype=torch.int32)
@@ -164,6 +181,7 @@ def draft_topk(
         pos = torch.arange(k, device=x.device)
         src = (pos - n_gt).clamp(min=0)  # [bs, L, k]
         ids = torch.where(pos < n_gt, ids, torch.gather(eq_small, -1, src))
+    if exact_ties:
         # Order equal-value runs by id: run index (values are sorted desc) * V + id.
         run = torch.cumsum(
             torch.cat(
@@ -281,7 +299,8 @@ def build_ddtree(
       request_budget: optional [bs] int tensor; request b keeps its first min(rb, N) nodes of the
         global order and pads the rest (valid False).
       exact_ties: see ``draft_topk``.
-      use_triton: build the retrieve arrays/mask with the Triton kernel (CUDA only); None = auto.
+      use_triton: the Triton path (log-sum-exp, tie fix, fused beam, fused labelling, tree
+        links/mask kernels); None = on CUDA. True on CPU tensors needs TRITON_INTERPRET=1.
     Returns:
       DDTree (see its docstring). Static shapes; no host synchronisation.
     Raises:
@@ -298,19 +317,66 @@ def build_ddtree(
     if root_tokens.shape != (bs,):
         raise ValueError(f"root_tokens must be [bs] = [{bs}], got {tuple(root_tokens.shape)}")
     dev = draft_logits.device
+    if use_triton is None:
+        use_triton = dev.type == "cuda"
+    lp, ids, _ = draft_topk(draft_logits, topk, exact_ties, use_triton=use_triton)
+    return build_ddtree_from_topk(lp, ids, root_tokens, N, request_budget, use_triton=use_triton)
+
+
+def build_ddtree_from_topk(
+    lp: torch.Tensor,
+    ids: torch.Tensor,
+    root_tokens: torch.Tensor,
+    budget: int,
+    request_budget: Optional[torch.Tensor] = None,
+    use_triton: Optional[bool] = None,
+) -> DDTree:
+    """Build the trees from prepared per-depth top-K lists (e.g. merged across TP ranks).
+
+    Args:
+      lp: [bs, L, K] float32 log-probs in rank order (non-increasing along K; -inf allowed),
+        as ``draft_topk`` returns them; ids: [bs, L, K] int64 global token ids in the same order.
+      root_tokens, budget, request_budget, use_triton: as in ``build_ddtree``.
+    Returns:
+      DDTree, identical to ``build_ddtree`` on logits whose ``draft_topk`` gives (lp, ids).
+    """
+    if lp.dim() != 3 or ids.shape != lp.shape:
+        raise ValueError(f"lp and ids must both be [bs, L, K]; got {tuple(lp.shape)} and {tuple(ids.shape)}")
+    bs, L, K = lp.shape
+    N = int(budget)
+    if N < 1 or L < 1 or K < 1:
+        raise ValueError(f"need budget >= 1, L >= 1, K >= 1; got {N}, {L}, {K}")
+    if N * L >= (1 << _SUB_BITS):
+        raise ValueError(f"budget * L = {N} * {L} must stay below 2**{_SUB_BITS}")
+    if root_tokens.shape != (bs,):
+        raise ValueError(f"root_tokens must be [bs] = [{bs}], got {tuple(root_tokens.shape)}")
+    dev = lp.device
     N1 = N + 1
-    lp, ids, _ = draft_topk(draft_logits, topk, exact_ties)
-    K = lp.shape[-1]
+    lp = lp.to(torch.float32).contiguous()
+    ids = ids.to(torch.int64).contiguous()
+    if use_triton is None:
+        use_triton = dev.type == "cuda"
+    if request_budget is None:
+        nb = torch.full((bs,), N, dtype=torch.int64, device=dev)
+    else:
+        nb = request_budget.to(device=dev, dtype=torch.int64).clamp(0, N)
+    if use_triton:
+        from .ddtree_kernels import beam_triton, label_triton, tree_arrays_triton
+
+        ci, ck = candidate_pairs(N, K, dev)
+        score, bvalid, bparent, brank, gtop = beam_triton(lp, N, ci, ck)
+        tokens, parents, depths, valid, scores, num_nodes = label_triton(
+            gtop, nb, root_tokens, ids, score, bparent, brank, N)
+        ri, rnt, rns, tmask = tree_arrays_triton(parents, valid, L)
+        return DDTree(tokens=tokens, parents=parents, depths=depths, valid=valid, scores=scores,
+                      retrieve_index=ri, retrieve_next_token=rnt, retrieve_next_sibling=rns,
+                      tree_mask=tmask, num_nodes=num_nodes, budget=N, topk=K, max_depth=L)
     score, bvalid, bparent, brank = _beam_search(lp, N)  # [bs, L, N]
 
     # Global order: first n_b of (score desc, depth asc, order asc).
     sub = torch.arange(L * N, device=dev).view(1, L, N)
     gkey = desc_key(score, bvalid, sub.expand(bs, L, N)).view(bs, L * N)
     top = torch.topk(gkey, N, dim=-1, largest=False, sorted=True).values  # [bs, N]
-    if request_budget is None:
-        nb = torch.full((bs,), N, dtype=torch.int64, device=dev)
-    else:
-        nb = request_budget.to(device=dev, dtype=torch.int64).clamp(0, N)
     tau = torch.gather(top, 1, (nb - 1).clamp(min=0)[:, None])  # [bs, 1]
     sel = (gkey <= tau) & (nb[:, None] > 0) & bvalid.view(bs, L * N)
     sel = sel.view(bs, L, N)
@@ -348,15 +414,7 @@ def build_ddtree(
     valid[:, 0] = True
     scores = place(score, float("-inf"), torch.float32)
     scores[:, 0] = 0.0
-    # Clean the dump column's leftovers (unselected entries all went to column N1, sliced off).
-    if use_triton is None:
-        use_triton = dev.type == "cuda"
-    if use_triton and dev.type == "cuda":
-        from .ddtree_kernels import tree_arrays_triton
-
-        ri, rnt, rns, tmask = tree_arrays_triton(parents, valid, L)
-    else:
-        ri, rnt, rns, tmask = build_tree_arrays(parents, valid, L)
+    ri, rnt, rns, tmask = build_tree_arrays(parents, valid, L)
     return DDTree(
         tokens=tokens,
         parents=parents,
@@ -423,7 +481,7 @@ def build_custom_mask(
         out = torch.empty(custom_mask_size(prefix_lens_sum, bs, N1), dtype=torch.bool, device=dev)
     if use_triton is None:
         use_triton = dev.type == "cuda"
-    if use_triton and dev.type == "cuda":
+    if use_triton:
         from .ddtree_kernels import custom_mask_triton
 
         custom_mask_triton(tree.tree_mask, pl, out)
