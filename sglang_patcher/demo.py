@@ -37,6 +37,7 @@ def run_demo(app: "AppContext", *, version: str, patchset: str) -> None:
 
     step(f"2. diff: what patchset {patchset!r} would change (strict, fuzz 0)")
     diff = service.diff_patchset(patchset, host=host, log=app.say)
+    diff.full = False
     app.say(diff)
     results["diff"] = diff
 

@@ -202,6 +202,33 @@ class DiffReport:
     version: str
     source: str
     result: Any  # applier.ApplyResult
+    full: bool = True  # False: a diffstat instead of the whole diff (the demo's view)
+
+    def diffstat(self) -> list[tuple[str, int, int]]:
+        """(path, lines added, lines removed) per changed file, from the unified diff."""
+        stats: dict[str, list[int]] = {}
+        current = None
+        for line in self.result.diff_text().splitlines():
+            if line.startswith("+++ "):
+                current = line[4:].removeprefix("b/")
+                if current == "/dev/null":
+                    current = None
+                continue
+            if line.startswith("--- "):
+                old = line[4:].removeprefix("a/")
+                current = None if old == "/dev/null" else old
+                continue
+            if line.startswith("diff --git "):
+                current = line.split(" b/", 1)[-1]
+                stats.setdefault(current, [0, 0])
+                continue
+            if current is None:
+                continue
+            if line.startswith("+"):
+                stats.setdefault(current, [0, 0])[0] += 1
+            elif line.startswith("-"):
+                stats.setdefault(current, [0, 0])[1] += 1
+        return [(p, a, r) for p, (a, r) in sorted(stats.items())]
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -230,7 +257,17 @@ class DiffReport:
                               style="yellow"))
         for note in self.result.notes:
             parts.append(Text(f"  note: {note}", style="yellow"))
-        parts.append(Syntax(self.result.diff_text(), "diff", theme="ansi_dark", word_wrap=False))
+        if self.full:
+            parts.append(Syntax(self.result.diff_text(), "diff", theme="ansi_dark", word_wrap=False))
+        else:
+            t = Table(show_header=True, box=None, pad_edge=False)
+            t.add_column("file")
+            t.add_column("+", justify="right", style="green")
+            t.add_column("-", justify="right", style="red")
+            for path, added, removed in self.diffstat():
+                t.add_row(path, str(added), str(removed))
+            parts.append(t)
+            parts.append(Text("(`sglpatch diff` shows the whole unified diff)", style="dim"))
         return Group(*parts)
 
 
