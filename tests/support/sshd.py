@@ -93,6 +93,18 @@ def ensure_test_user(name: str = TEST_USER) -> str:
     return name
 
 
+def _die_with_parent() -> None:
+    """In the child before exec: ask Linux to SIGTERM sshd when the test process dies, so a killed
+    pytest leaves no listener behind (best effort; a no-op elsewhere)."""
+    try:
+        import ctypes
+        import signal
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGTERM)   # PR_SET_PDEATHSIG
+    except Exception:
+        pass
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -146,7 +158,8 @@ def start_sshd(workdir: Path, *, user: str | None = None, attempts: int = 5) -> 
         ]))
         log = open(workdir / "sshd.log", "wb")
         proc = subprocess.Popen([SSHD, "-D", "-e", "-f", str(cfg)], stdout=log,
-                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                preexec_fn=_die_with_parent)
         log.close()
         deadline = time.monotonic() + 10
         up = False
