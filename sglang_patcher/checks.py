@@ -24,6 +24,8 @@ from typing import Any, Iterable
 from .remote import launcher
 from .transport.base import Transport
 
+__all__ = ["run_checks", "run_l0", "run_l1", "CheckReport", "CheckResult", "parse_l1_output", "l1_script_path"]
+
 STATUSES = ("passed", "failed", "skipped")
 L1_TIMEOUT_S = 900.0
 

@@ -52,6 +52,10 @@ from .remote import launcher
 from .state import safe_component, sglpatch_home
 from .transport.base import Transport
 
+__all__ = ["apply_to_host", "plan_apply", "rollback_host", "host_status", "DeployPlan", "DeployResult",
+           "FilePlan", "StatusReport", "FileStatus", "RollbackResult", "PristineSource", "AgentClient",
+           "AgentError", "wheel_reader", "save_local_record", "new_deployment_id", "make_holder"]
+
 AGENT = "deploy_agent"
 
 
