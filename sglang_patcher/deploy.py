@@ -23,6 +23,11 @@ The transaction (:func:`apply_to_host`), in round trips over one transport:
 5. ``finish`` — record verified, release the lock. A local copy of the record and of the backups
    is kept under ``sglpatch_home()/deployments/<host>/`` and ``backups/<host>/``.
 
+Interruptions (a killed agent, a dropped connection, Ctrl-C during the checks) leave the host's
+journal and lock behind; the next apply resumes (same patchset and revision) or rolls back, and says
+so. A lock whose holder is a dead process of THIS machine is taken over by itself; any other holder
+needs ``break_lock`` (the CLI's ``--break-lock``).
+
 So a first apply is 5 round trips whatever the number of files (plus 1 when the originals are at an
 earlier revision and must be fetched for the local backup copy); a re-apply is 1.
 """
