@@ -133,9 +133,26 @@ def candidate_pairs(budget: int, k: int, device) -> Tuple[torch.Tensor, torch.Te
     return _candidate_pairs_cached(int(budget), int(k), str(torch.device(device)))
 
 
+def _split_topk(x: torch.Tensor, k: int, chunks: int) -> Tuple[torch.Tensor, torch.Tensor]:
+    """torch.topk over V in two stages (per-chunk top-k, then top-k of the survivors): more
+    blocks in flight when bs * L is small. The values (and every id above the K-th value) are
+    exactly those of one topk; which of several ids tied at the K-th value survive is up to
+    torch, as for one topk (``exact_ties`` fixes that afterwards)."""
+    bs, L, V = x.shape
+    cs = -(-V // chunks)
+    if cs < k:
+        return torch.topk(x, k, dim=-1, largest=True, sorted=True)
+    pad = cs * chunks - V
+    xp = x if pad == 0 else torch.nn.functional.pad(x, (0, pad), value=float("-inf"))
+    v1, i1 = torch.topk(xp.view(bs, L, chunks, cs), k, dim=-1, largest=True, sorted=False)
+    i1 = i1 + (torch.arange(chunks, device=x.device) * cs).view(1, 1, chunks, 1)
+    v2, j = torch.topk(v1.reshape(bs, L, chunks * k), k, dim=-1, largest=True, sorted=True)
+    return v2, torch.gather(i1.reshape(bs, L, chunks * k), -1, j)
+
+
 def draft_topk(
     draft_logits: torch.Tensor, topk: int, exact_ties: bool = True,
-    use_triton: Optional[bool] = None,
+    use_triton: Optional[bool] = None, topk_chunks: int = 1,
 ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Per-depth top-K' log-probs and ids under the tie rule (logit desc, token id asc).
 
@@ -152,6 +169,8 @@ def draft_topk(
         log-sum-exp kernel, equal up to float32 rounding).
       use_triton: log-sum-exp and the tie fix as Triton kernels (one pass each over the logits,
         no [bs, L, V] temporaries); None = on CUDA.
+      topk_chunks: > 1 runs ``torch.topk`` in two stages over that many vocabulary chunks
+        (``_split_topk``); same result under ``exact_ties``.
     """
     if draft_logits.dim() != 3:
         raise ValueError(f"draft_logits must be [bs, L, V], got {tuple(draft_logits.shape)}")
@@ -166,7 +185,10 @@ def draft_topk(
         lse = lse_triton(x.reshape(bs * L, V)).view(bs, L)
     else:
         lse = torch.logsumexp(x.float(), dim=-1)  # [bs, L]
-    vals, ids = torch.topk(x, k, dim=-1, largest=True, sorted=True)  # [bs, L, k]
+    if topk_chunks > 1:
+        vals, ids = _split_topk(x, k, int(topk_chunks))
+    else:
+        vals, ids = torch.topk(x, k, dim=-1, largest=True, sorted=True)  # [bs, L, k]
     if exact_ties and use_triton:
         from .ddtree_kernels import tie_fix_triton
 
@@ -288,6 +310,7 @@ def build_ddtree(
     request_budget: Optional[torch.Tensor] = None,
     exact_ties: bool = True,
     use_triton: Optional[bool] = None,
+    topk_chunks: Optional[int] = None,
 ) -> DDTree:
     """Build the DDTree of every request in the batch.
 
@@ -301,6 +324,8 @@ def build_ddtree(
       exact_ties: see ``draft_topk``.
       use_triton: the Triton path (log-sum-exp, tie fix, fused beam, fused labelling, tree
         links/mask kernels); None = on CUDA. True on CPU tensors needs TRITON_INTERPRET=1.
+      topk_chunks: see ``draft_topk``; None = 16 on CUDA when bs * L < 256 rows (few rows leave
+        most of the GPU idle in one topk), else 1.
     Returns:
       DDTree (see its docstring). Static shapes; no host synchronisation.
     Raises:
@@ -319,7 +344,10 @@ def build_ddtree(
     dev = draft_logits.device
     if use_triton is None:
         use_triton = dev.type == "cuda"
-    lp, ids, _ = draft_topk(draft_logits, topk, exact_ties, use_triton=use_triton)
+    if topk_chunks is None:
+        topk_chunks = 16 if (dev.type == "cuda" and bs * L < 256 and V // 16 >= topk) else 1
+    lp, ids, _ = draft_topk(draft_logits, topk, exact_ties, use_triton=use_triton,
+                            topk_chunks=topk_chunks)
     return build_ddtree_from_topk(lp, ids, root_tokens, N, request_budget, use_triton=use_triton)
 
 
