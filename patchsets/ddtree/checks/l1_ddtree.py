@@ -45,7 +45,6 @@ import json
 import logging
 import os
 import sys
-import tempfile
 import traceback
 import types
 
@@ -114,11 +113,11 @@ def _server_args(extra: list[str]):
     """A ServerArgs parsed by SGLang's own ``prepare_server_args`` (a DDTREE config on CUDA)."""
     from sglang.srt.server_args import prepare_server_args
 
-    root = tempfile.mkdtemp(prefix="sglpatch-l1-")
     argv = [
-        "--model-path", os.path.join(root, "target"),
+        # Never opened: parsing and this validation step read no checkpoint (nothing is written).
+        "--model-path", "/nonexistent/sglpatch-l1/target",
         "--speculative-algorithm", "DDTREE",
-        "--speculative-draft-model-path", os.path.join(root, "draft"),
+        "--speculative-draft-model-path", "/nonexistent/sglpatch-l1/draft",
         "--speculative-num-draft-tokens", "16",
         "--device", "cuda",
         "--attention-backend", "triton",
