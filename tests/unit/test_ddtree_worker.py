@@ -1,0 +1,151 @@
+"""CPU tests of DDTreeWorker's torch-only parts: start-up refusals and the draft-head top-K.
+
+Real parts: torch.distributed process groups (gloo, one process per rank on loopback) for the
+tensor-parallel top-K, and the DDTree core for the dense reference. The worker class itself needs
+SGLang and a GPU server; its structure is checked against SGLang's DFlashWorkerV2 in
+test_ddtree_worker_sglang.py, and its behaviour is unproven without a server.
+"""
+
+from __future__ import annotations
+
+import socket
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+from patchsets.ddtree.modules import ddtree_worker as Wk
+from patchsets.ddtree.modules.ddtree_tree import draft_topk
+
+
+# ---------------------------------------------------------------------------------- refusals
+@pytest.mark.parametrize("name", ["TritonAttnBackend", "FlashInferAttnBackend"])
+def test_supported_verify_backends_pass(name):
+    Wk.check_verify_backend(name)
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["FlashAttentionBackend", "FlashAttention4Backend", "TRTLLMHAAttnBackend", "AiterAttnBackend",
+     "FlashInferMLAAttnBackend", "TorchNativeAttnBackend"],
+)
+def test_other_verify_backends_are_refused_naming_the_supported_ones(name):
+    with pytest.raises(ValueError) as err:
+        Wk.check_verify_backend(name)
+    msg = str(err.value)
+    assert name in msg and "--attention-backend triton" in msg and "--attention-backend flashinfer" in msg
+    assert "chain" in msg
+
+
+def test_chain_only_triton_kernel_is_refused():
+    with pytest.raises(ValueError, match="SGLANG_ENABLE_SPLITKV_VERIFY"):
+        Wk.check_verify_backend("TritonAttnBackend", chain_only_kernel=True)
+
+
+def test_dp_attention_and_non_plain_drafts_are_refused():
+    Wk.check_parallel_layout(attn_dp_enabled=False)
+    with pytest.raises(ValueError, match="dp-attention"):
+        Wk.check_parallel_layout(attn_dp_enabled=True)
+    Wk.check_draft_head(has_selector=False, has_lilicorr=False, is_domino=False)
+    with pytest.raises(ValueError, match="selector / Domino"):
+        Wk.check_draft_head(has_selector=True, has_lilicorr=False, is_domino=True)
+
+
+def test_lm_head_checks():
+    w = torch.zeros(8, 4, dtype=torch.bfloat16)
+    Wk.check_lm_head(w, num_added=0, tp_size=1, has_from_topk=False)
+    with pytest.raises(ValueError, match="dense"):
+        Wk.check_lm_head(torch.zeros(8, 4, dtype=torch.int8), num_added=0, tp_size=1, has_from_topk=False)
+    with pytest.raises(ValueError, match="dense"):
+        Wk.check_lm_head(None, num_added=0, tp_size=1, has_from_topk=False)
+    with pytest.raises(ValueError, match="LoRA"):
+        Wk.check_lm_head(w, num_added=3, tp_size=1, has_from_topk=False)
+    with pytest.raises(ValueError, match="build_ddtree_from_topk"):
+        Wk.check_lm_head(w, num_added=0, tp_size=2, has_from_topk=False)
+    Wk.check_lm_head(w, num_added=0, tp_size=2, has_from_topk=True)
+
+
+def test_worker_needs_sglang():
+    if Wk.SGLANG_WORKER_AVAILABLE:
+        pytest.skip("SGLang imports here; construction needs a GPU server instead")
+    with pytest.raises(ImportError, match="SGLang"):
+        Wk.DDTreeWorker(None, 0, 0, None)
+
+
+# ------------------------------------------------------------------------- draft-head top-K
+def head(seed, T=14, H=8, V=50, pad=6, dtype=torch.float32):
+    g = torch.Generator().manual_seed(seed)
+    hidden = torch.randn(T, H, generator=g).to(dtype)
+    weight = torch.randn(V + pad, H, generator=g).to(dtype)  # last `pad` rows: shard padding
+    weight[V:] = 100.0  # would win every argmax if padding were not sliced off
+    return hidden, weight, V
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_draft_head_topk_single_rank_equals_dense_and_ignores_padding(dtype):
+    hidden, weight, V = head(1, dtype=dtype)
+    dense = Wk.draft_head_logits(hidden, weight, V)
+    assert dense.shape == (14, V)
+    _, ids, lse = draft_topk(dense.unsqueeze(0), 9)
+    for chunk in (3, 1000):
+        c = Wk.draft_head_topk(hidden, weight, num_org=V, vocab_start=0, k=9, chunk_rows=chunk)
+        assert torch.equal(c.ids, ids[0])
+        assert torch.equal(c.lse, lse[0])
+        assert int(c.ids.max()) < V
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class _Gloo:
+    """The one GroupCoordinator method the worker calls, over a real gloo process group."""
+
+    def all_gather_into_tensor(self, out, inp):
+        dist.all_gather_into_tensor(out, inp)
+
+
+def _rank_main(rank, world, port, seed, k, queue):
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+    try:
+        hidden, weight, V = head(seed, dtype=torch.bfloat16)
+        per = -(-V // world)
+        lo, hi = rank * per, min(V, (rank + 1) * per)
+        shard = torch.cat([weight[lo:hi], torch.full((3, weight.shape[1]), 100.0, dtype=weight.dtype)])
+        c = Wk.draft_head_topk(
+            hidden, shard, num_org=hi - lo, vocab_start=lo, k=k, world_size=world,
+            all_gather=Wk._group_all_gather(_Gloo(), world), chunk_rows=5,
+        )
+        # plain lists: a tensor in a Queue is shared through a handle this process must outlive
+        queue.put((rank, c.values.tolist(), c.ids.tolist(), c.lse.tolist()))
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.parametrize("world", [2, 3])
+def test_draft_head_topk_over_real_process_groups_equals_dense(world):
+    ctx = mp.get_context("spawn")
+    queue = ctx.Queue()
+    k, seed = 7, 5
+    port = _free_port()
+    procs = [ctx.Process(target=_rank_main, args=(r, world, port, seed, k, queue)) for r in range(world)]
+    for p in procs:
+        p.start()
+    got = sorted((queue.get(timeout=120) for _ in range(world)), key=lambda t: t[0])
+    results = [(r, torch.tensor(v, dtype=torch.float32), torch.tensor(i, dtype=torch.int64),
+                torch.tensor(lse, dtype=torch.float32)) for r, v, i, lse in got]
+    for p in procs:
+        p.join(timeout=60)
+        assert p.exitcode == 0
+    hidden, weight, V = head(seed, dtype=torch.bfloat16)
+    dense = Wk.draft_head_logits(hidden, weight, V)
+    _, ids, lse = draft_topk(dense.unsqueeze(0), k)
+    for _, values, got_ids, got_lse in results:
+        assert torch.equal(got_ids, results[0][2]) and torch.equal(values, results[0][1])
+        assert torch.equal(got_lse, results[0][3])
+        assert torch.equal(got_ids, ids[0])
+        assert torch.equal(values, torch.gather(dense.float(), 1, ids[0]))
+        assert torch.allclose(got_lse, lse[0], atol=1e-4, rtol=0)
