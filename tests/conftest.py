@@ -79,7 +79,7 @@ def _sglang_ssh_venv(sshd: SshServer, tmp_path_factory) -> venvs.TargetVenv:
     dest = _clone_dir(parent, f"sglang-{venvs.SGLANG_VERSION}")
     target = venvs.clone_venv(pristine, dest, sshd.uid, sshd.gid)
     yield target
-    venvs.remove_venv(dest)
+    venvs.remove_venv(dest, background=True)
 
 
 @pytest.fixture
@@ -104,7 +104,7 @@ def _sglang_ssh_venv_l1(sshd: SshServer, tmp_path_factory) -> venvs.TargetVenv:
     dest = _clone_dir(parent, f"sglang-l1-{venvs.SGLANG_VERSION}")
     target = venvs.clone_venv(pristine, dest, sshd.uid, sshd.gid, share_deps=True)
     yield target
-    venvs.remove_venv(dest)
+    venvs.remove_venv(dest, background=True)
 
 
 @pytest.fixture
@@ -120,7 +120,7 @@ def _sglang_local_venv(tmp_path_factory) -> venvs.TargetVenv:
     dest = tmp_path_factory.mktemp("local-target") / f"sglang-{venvs.SGLANG_VERSION}"
     target = venvs.clone_venv(pristine, dest)
     yield target
-    venvs.remove_venv(dest)
+    venvs.remove_venv(dest, background=True)
 
 
 @pytest.fixture

@@ -202,11 +202,23 @@ def _link_or_copy(src: str, dst: str) -> str:
     return dst
 
 
-def remove_venv(venv: Path) -> None:
-    """Delete a working copy (made writable first)."""
-    if venv.exists():
-        _make_writable(venv)
-        shutil.rmtree(venv, ignore_errors=True)
+def remove_venv(venv: Path, *, background: bool = False) -> None:
+    """Delete a working copy (its directories made writable first). ``background``: rename it
+    aside and let a detached ``rm`` finish the job, so a session teardown does not wait for it."""
+    if not venv.exists():
+        return
+    if background:
+        trash = venv.with_name(f"{venv.name}.trash")
+        try:
+            os.rename(venv, trash)
+        except OSError:
+            trash = venv
+        subprocess.Popen(["sh", "-c", 'find "$1" -type d -exec chmod u+rwx {} + ; rm -rf "$1"',
+                          "sh", str(trash)], start_new_session=True,
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        return
+    _make_writable(venv)
+    shutil.rmtree(venv, ignore_errors=True)
 
 
 def remove_stale_clones(parent: Path, prefix: str) -> None:
@@ -214,9 +226,9 @@ def remove_stale_clones(parent: Path, prefix: str) -> None:
     if not parent.is_dir():
         return
     for d in parent.glob(f"{prefix}-*"):
-        pid = d.name.rsplit("-", 1)[-1]
-        if pid.isdigit() and not _alive(int(pid)):
-            remove_venv(d)
+        pid = d.name.removesuffix(".trash").rsplit("-", 1)[-1]
+        if pid.isdigit() and (d.name.endswith(".trash") or not _alive(int(pid))):
+            remove_venv(d, background=True)
 
 
 def _alive(pid: int) -> bool:
