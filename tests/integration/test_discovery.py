@@ -157,3 +157,60 @@ def test_sudo_that_cannot_run_is_a_transport_error_not_a_missing_interpreter(ssh
         discover(t, host)
     assert not isinstance(ei.value, DiscoveryError)
     assert "sudo: false" in ei.value.hint or "passwordless sudo" in ei.value.hint
+
+
+@pytest.mark.ssh
+def test_user_site_install_beside_the_env_is_refused(ssh_host, sglang_target, sshd):
+    """A user-site install (pip install --user) seen together with the env's own: the venv is switched
+    to include-system-site-packages (which turns the user site on), and the SSH user's
+    ~/.local/lib/pythonX.Y/site-packages gets a real copy of the distribution's metadata."""
+    cfg = sglang_target.venv / "pyvenv.cfg"
+    original = cfg.read_text()
+    pyver = sglang_target.site_packages.parent.name            # python3.11
+    user_site = sshd.home / ".local" / "lib" / pyver / "site-packages"
+    dist = user_site / "sglang-0.5.22.dist-info"
+    created = [p for p in (sshd.home / ".local", sshd.home / ".local" / "lib",
+                           sshd.home / ".local" / "lib" / pyver, user_site) if not p.exists()]
+    try:
+        cfg.write_text(original.replace("include-system-site-packages = false",
+                                        "include-system-site-packages = true"))
+        shutil.copytree(sglang_target.site_packages / "sglang-0.5.23.dist-info", dist)
+        meta = dist / "METADATA"
+        meta.write_text(meta.read_text().replace("Version: 0.5.23", "Version: 0.5.22", 1))
+        if os.geteuid() == 0:
+            for p in [*created, dist, *dist.rglob("*")]:
+                os.chown(p, sshd.uid, sshd.gid)
+        with connect(ssh_host) as t, pytest.raises(DiscoveryError) as ei:
+            discover(t, ssh_host)
+        msg = ei.value.message
+        assert "2 SGLang installs are visible" in msg
+        assert f"sglang 0.5.22 at {user_site}" in msg
+        assert f"sglang 0.5.23 at {sglang_target.site_packages}" in msg
+        assert "--user" in ei.value.hint
+    finally:
+        cfg.write_text(original)
+        shutil.rmtree(dist, ignore_errors=True)
+        for p in reversed(created):
+            shutil.rmtree(p, ignore_errors=True)
+
+
+@pytest.mark.ssh
+def test_from_a_hosts_yaml_to_discovery(sshd, sglang_target, tmp_path, monkeypatch):
+    monkeypatch.setenv("TARGET_VENV", str(sglang_target.venv))
+    inv_file = tmp_path / "hosts.yaml"
+    inv_file.write_text(f"""
+hosts:
+  loopback:
+    hostname: {sshd.host}
+    port: {sshd.port}
+    user: {sshd.user}
+    identity_file: {sshd.identity_file}
+    known_hosts: {sshd.known_hosts}
+    python: ${{TARGET_VENV}}/bin/python
+    tags: [test]
+""")
+    from sglang_patcher.inventory import load_inventory
+    host = load_inventory(inv_file).get("loopback")
+    with connect(host) as t:
+        info = discover(t, host)
+    assert (info.host, info.sglang_version, info.interpreter) == ("loopback", "0.5.23", str(sglang_target))
