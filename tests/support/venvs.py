@@ -336,6 +336,10 @@ def reset_venv(pristine: Path, venv: Path, uid: int | None = None,
     uid = os.geteuid() if uid is None else uid
     gid = os.getegid() if gid is None else gid
     stats = ResetStats()
+    cfg_src, cfg_dst = pristine / "pyvenv.cfg", venv / "pyvenv.cfg"
+    if cfg_dst.read_bytes() != cfg_src.read_bytes():     # a test may flip system-site-packages
+        cfg_dst.write_bytes(cfg_src.read_bytes())
+        stats.copied += 1
     src_sp, dst_sp = site_packages_of(pristine), site_packages_of(venv)
     os.chmod(dst_sp, os.stat(src_sp).st_mode & 0o7777)
     src_top = {e.name: e for e in os.scandir(src_sp)}
