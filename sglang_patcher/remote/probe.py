@@ -258,6 +258,10 @@ OPS = {"probe": op_probe, "hash": op_hash, "tar": op_tar}
 
 
 def main():
+    # `python -c` puts the working directory first on sys.path; that is an artefact of how we run,
+    # not part of the host's environment, and a `sglang/` directory there must not count.
+    if sys.path and sys.path[0] in ("", os.getcwd()):
+        sys.path.pop(0)
     op = sys.argv[1] if len(sys.argv) > 1 else ""
     args = json.loads(sys.argv[2]) if len(sys.argv) > 2 else {}
     if op not in OPS:

@@ -214,3 +214,23 @@ hosts:
     with connect(host) as t:
         info = discover(t, host)
     assert (info.host, info.sglang_version, info.interpreter) == ("loopback", "0.5.23", str(sglang_target))
+
+
+def test_package_shadowed_by_pythonpath_is_refused(local_host, local_target, tmp_path, monkeypatch):
+    shadow = tmp_path / "checkout"
+    (shadow / "sglang").mkdir(parents=True)
+    (shadow / "sglang" / "__init__.py").write_text("")
+    monkeypatch.setenv("PYTHONPATH", str(shadow))        # the local transport passes it on
+    with pytest.raises(DiscoveryError) as ei:
+        discover(connect(local_host), local_host)
+    assert f"resolves to {shadow / 'sglang'}" in ei.value.message
+    assert "shadows" in ei.value.hint
+
+
+def test_a_sglang_dir_in_the_working_directory_does_not_count(local_host, local_target, tmp_path,
+                                                              monkeypatch):
+    (tmp_path / "sglang").mkdir()
+    (tmp_path / "sglang" / "__init__.py").write_text("")
+    monkeypatch.chdir(tmp_path)
+    info = discover(connect(local_host), local_host)
+    assert info.package_dir == str(local_target.package_dir)
