@@ -19,7 +19,12 @@ from hypothesis import strategies as st
 from patchsets.ddtree.modules import ddtree_info as D
 from patchsets.ddtree.modules import ddtree_tree
 from patchsets.ddtree.modules.ddtree_accept import accepted_flat_indices, greedy_accept
-from patchsets.ddtree.modules.ddtree_reference import greedy_walk_reference, ref_logprobs
+from patchsets.ddtree.modules.ddtree_reference import (
+    build_tree_reference,
+    greedy_walk_reference,
+    reference_labelled,
+    ref_logprobs,
+)
 from patchsets.ddtree.modules.ddtree_tree import (
     build_custom_mask,
     build_ddtree,
@@ -178,10 +183,16 @@ def test_tp_tree_equals_dense_tree(R):
     per_rank = simulate_tp(x.view(bs * L, V), R, K)
     trees = [D.build_tree_from_candidates(c, roots, sizes) for c in per_rank]
     dense = build_ddtree(x, roots, N, K, use_triton=False)
+    lse = per_rank[0].lse.view(bs, L)
     for t in trees:
         for f in ("tokens", "parents", "depths", "valid", "retrieve_next_token", "retrieve_next_sibling"):
             assert torch.equal(getattr(t, f), getattr(trees[0], f)), f
+            # equal to the dense single-rank build here; in general up to lse rounding
             assert torch.equal(getattr(t, f), getattr(dense, f)), f
+        for b in range(bs):  # exact: the paper's heap on the dense logits with the merged lse
+            want = reference_labelled(build_tree_reference(x[b], N, K, lse=lse[b]), int(roots[b]), N)
+            for f in ("tokens", "parents", "depths", "valid", "scores"):
+                assert torch.equal(getattr(t, f)[b], want[f]), (b, f)
 
 
 # ------------------------------------------------------------------------------ verify input
