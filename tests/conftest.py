@@ -15,12 +15,15 @@ Nothing here is a mock. Expensive parts are session-scoped and cached across run
 - ``local_target``: the same venv for the local transport, owned by the current user.
 - ``ssh_host`` / ``local_host``: inventory Hosts for those targets.
 - ``sglpatch_home``: ``$SGLPATCH_HOME`` pointed at a fresh tmp dir.
+- ``ssh_user_sudo``: for one test, the SSH user may run ``sudo -n`` (root runs only, sudo installed;
+  else skipped): a sudoers.d drop-in, removed afterwards. For root-owned installs (``sudo: true``).
 """
 
 from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 import tempfile
 from pathlib import Path
 
@@ -150,3 +153,20 @@ def sglpatch_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     home.mkdir()
     monkeypatch.setenv("SGLPATCH_HOME", str(home))
     return home
+
+
+@pytest.fixture
+def ssh_user_sudo(sshd: SshServer):
+    """Let the SSH user run ``sudo -n`` for the duration of one test (see the module doc)."""
+    if os.geteuid() != 0 or shutil.which("sudo") is None or shutil.which("visudo") is None:
+        pytest.skip("needs root and sudo to grant the SSH test user passwordless sudo")
+    drop_in = Path("/etc/sudoers.d") / "sglpatch-test-session"
+    tmp = drop_in.with_name(".sglpatch-test-session.tmp")
+    tmp.write_text(f"{sshd.user} ALL=(root) NOPASSWD: ALL\n")
+    os.chmod(tmp, 0o440)
+    subprocess.run(["visudo", "-cf", str(tmp)], check=True, capture_output=True)
+    os.replace(tmp, drop_in)
+    try:
+        yield sshd.user
+    finally:
+        drop_in.unlink(missing_ok=True)

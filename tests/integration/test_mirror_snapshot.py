@@ -140,3 +140,27 @@ def test_snapshot_round_trips_do_not_grow_with_files(local_host, local_target, t
         (extra / f"f{i}.py").write_text(f"V = {i} + 1\n")
     r2 = snapshot(t, local_host, info, home=tmp_path)
     assert (r1.round_trips, r2.round_trips) == (2, 2) and len(r2.fetched) == 100
+
+
+@pytest.mark.ssh
+@pytest.mark.slow
+def test_root_owned_install_through_sudo(sshd, sglang_target, ssh_user_sudo, tmp_path):
+    """A root-owned install: the login user can read but not write it; with `sudo: true` the
+    probe and the snapshot run as root through `sudo -n`."""
+    for top in ("sglang", "sglang-0.5.23.dist-info"):
+        root_dir = sglang_target.site_packages / top
+        os.chown(root_dir, 0, 0)
+        for p in root_dir.rglob("*"):
+            os.lchown(p, 0, 0)
+    plain = sshd.host_entry(sglang_target)
+    with connect(plain) as t:
+        info = discover(t, plain)
+    assert not info.writable and info.unwritable_count > 5000 and info.user == sshd.user
+
+    elevated = sshd.host_entry(sglang_target, sudo=True)
+    with connect(elevated) as t:
+        info = discover(t, elevated)
+        assert info.user == "root" and info.writable
+        res = snapshot(t, elevated, info, home=tmp_path)
+    assert res.round_trips == 2 and res.files > 5000
+    assert res.mirror.read("sglang/version.py") == (sglang_target.package_dir / "version.py").read_bytes()
