@@ -220,7 +220,10 @@ def snapshot(transport: Transport, host: Any, info: Any, home: Path | None = Non
                 raise TransportError(f"{name}: the host reported an unsafe path {path!r}") from exc
             remote[path] = FileEntry(path, sha, int(size), int(mode))
 
-        old = Manifest.load(mirror.manifest_path).files if mirror.exists() else {}
+        try:
+            old = Manifest.load(mirror.manifest_path).files if mirror.exists() else {}
+        except StateError:
+            old = {}   # a damaged manifest: fetch everything again, which repairs it
         result = SnapshotResult(mirror=mirror)
         want: list[str] = []
         for path, entry in sorted(remote.items()):

@@ -113,6 +113,12 @@ def test_snapshot_local_and_reopen(local_host, local_target, tmp_path):
     stray.write_text("x")
     snapshot(t, local_host, info, home=tmp_path)
     assert not stray.exists()
+    # a damaged manifest is an error on open, and the next snapshot rebuilds it
+    m.manifest_path.write_text("{not json")
+    with pytest.raises(StateError, match="not a valid sglpatch manifest"):
+        Mirror.open(tmp_path, "local-test", "0.5.23").manifest
+    rebuilt = snapshot(t, local_host, info, home=tmp_path)
+    assert len(rebuilt.fetched) == rebuilt.files == res.files
 
 
 def test_mirror_open_without_snapshot_says_what_to_do(tmp_path):
