@@ -287,6 +287,15 @@ class DDTreeWorker(_WorkerBase):  # type: ignore[misc,valid-type]
             )
         self._tp_group = get_parallel().tp_group
         self._tp_size = tp_size
+        graph_runner = getattr(self.model_runner, "decode_cuda_graph_runner", None)
+        captured = getattr(graph_runner, "captured_req_width", None)
+        if captured is not None and int(captured) != sizes.verify_width:
+            raise RuntimeError(
+                f"DDTREE: the target's decode CUDA graphs were captured {captured} tokens wide, the "
+                f"tree verify is budget + 1 = {sizes.verify_width}: revision 2 of the sglpatch ddtree "
+                "patchset (spec_info.py, decode_cuda_graph_runner.py) is missing. Run "
+                "`sglpatch apply ddtree`, or serve with --disable-cuda-graph."
+            )
         self.ddtree_sizes = sizes
         self._ddtree_positions_buf: Optional[torch.Tensor] = None
         if self._target_tp_rank == 0:
