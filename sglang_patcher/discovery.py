@@ -8,7 +8,7 @@ absolute path from hosts.yaml) and reports through ``importlib.metadata`` and
 Refused with :class:`~sglang_patcher.errors.DiscoveryError` (one message naming the host and what to
 do): the interpreter is missing or not executable; no ``sglang`` distribution is visible; more than one
 is visible (user site + venv, a ``.pth``/editable checkout + a wheel, ...), each named with location
-and version; an editable install; ``import sglang`` would resolve to a directory other than the
+and version (also on the error as ``.distributions``, a list of :class:`Distribution`); an editable install; ``import sglang`` would resolve to a directory other than the
 distribution's.
 """
 
@@ -133,11 +133,13 @@ def _interpret(host, py: str, out: dict[str, Any]) -> HostInfo:
                  f"({_interpreter_hint(host)})")
     if len(dists) > 1:
         listing = "; ".join(d.describe() for d in dists)
-        raise DiscoveryError(
+        err = DiscoveryError(
             f"{host.name}: {len(dists)} SGLang installs are visible to {py}: {listing}",
             hint="refusing to guess which one runs; uninstall the extra ones (user site: "
                  "`python -m pip uninstall --user sglang`; stray .pth/PYTHONPATH entries) so "
                  "exactly one remains")
+        err.distributions = dists   # for `hosts --check` style reports
+        raise err
     dist = dists[0]
     if dist.editable:
         raise DiscoveryError(

@@ -126,6 +126,7 @@ def test_two_visible_installs_are_refused_naming_each(ssh_host, sglang_target):
     assert f"sglang 0.5.23 at {sglang_target.site_packages}" in msg
     assert f"sglang 0.5.22 at {extra}" in msg
     assert "uninstall" in ei.value.hint
+    assert sorted(d.version for d in ei.value.distributions) == ["0.5.22", "0.5.23"]
 
 
 def test_two_visible_installs_refused_locally(local_host, local_target):
