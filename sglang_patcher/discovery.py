@@ -8,8 +8,9 @@ absolute path from hosts.yaml) and reports through ``importlib.metadata`` and
 Refused with :class:`~sglang_patcher.errors.DiscoveryError` (one message naming the host and what to
 do): the interpreter is missing or not executable; no ``sglang`` distribution is visible; more than one
 is visible (user site + venv, a ``.pth``/editable checkout + a wheel, ...), each named with location
-and version (also on the error as ``.distributions``, a list of :class:`Distribution`); an editable install; ``import sglang`` would resolve to a directory other than the
-distribution's.
+and version (also on the error as ``.distributions``, a list of :class:`Distribution`); an editable
+install; ``import sglang`` resolving to a directory other than the distribution's (PYTHONPATH, .pth).
+A ``sudo -n`` that cannot run (sudo missing, password required) is a TransportError instead.
 """
 
 from __future__ import annotations
