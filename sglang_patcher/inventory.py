@@ -201,6 +201,11 @@ def parse_inventory(text: str, *, origin: str = "hosts.yaml") -> Inventory:
         problem = getattr(exc, "problem", None) or str(exc)
         raise InventoryError(f"{origin}{line}: not valid YAML ({problem})",
                              hint="fix the YAML syntax (indentation, colons, quotes)") from exc
+    dup = _first_duplicate_key(node)
+    if dup is not None:
+        key, first, second = dup
+        raise InventoryError(f"{origin}, line {second}: `{key}` is defined twice (first on line {first})",
+                             hint="YAML would silently keep only the last one; rename or remove one")
     if data is None:
         data = {}
     if not isinstance(data, dict) or not isinstance(data.get("hosts", {}), dict):
@@ -220,6 +225,27 @@ def parse_inventory(text: str, *, origin: str = "hosts.yaml") -> Inventory:
 
 
 # -- error mapping ---------------------------------------------------------------------------------
+
+def _first_duplicate_key(node: yaml.Node | None) -> tuple[str, int, int] | None:
+    """(key, first line, second line) of the first mapping key defined twice, else None."""
+    if isinstance(node, yaml.MappingNode):
+        seen: dict[str, int] = {}
+        for k, v in node.value:
+            if isinstance(k, yaml.ScalarNode):
+                line = k.start_mark.line + 1
+                if k.value in seen and k.value != "<<":
+                    return k.value, seen[k.value], line
+                seen[k.value] = line
+            found = _first_duplicate_key(v)
+            if found:
+                return found
+    elif isinstance(node, yaml.SequenceNode):
+        for item in node.value:
+            found = _first_duplicate_key(item)
+            if found:
+                return found
+    return None
+
 
 def _line_of(node: yaml.Node | None, loc: tuple[Any, ...]) -> tuple[int | None, bool]:
     """Line (1-based) of the YAML node at ``loc``; the second value says whether the exact key

@@ -181,3 +181,13 @@ def test_missing_file_and_wrong_shape(tmp_path):
 def test_inventory_is_pydantic():
     inv = Inventory(hosts={"x": {"transport": "local", "python": "/p"}})
     assert inv.get("x").name == "x"
+
+
+def test_duplicate_host_names_are_an_error_not_a_silent_override():
+    text = "hosts:\n  a: {transport: local, python: /p}\n  b: {transport: local, python: /q}\n" \
+           "  a: {transport: local, python: /r}\n"
+    with pytest.raises(InventoryError) as ei:
+        parse_inventory(text, origin="h.yaml")
+    assert "h.yaml, line 4: `a` is defined twice (first on line 2)" in ei.value.message
+    with pytest.raises(InventoryError, match="`python` is defined twice"):
+        parse_inventory("hosts:\n  a:\n    python: /p\n    transport: local\n    python: /q\n")
