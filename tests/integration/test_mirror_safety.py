@@ -95,3 +95,24 @@ def test_missing_and_corrupt_streams(tmp_path):
     good = _tar([_file("sglang/a.py", b"A"), _file("sglang/b.py", b"B")])
     with pytest.raises(TransportError, match="tar stream"):
         _extract("h", good[:700], ["sglang/a.py", "sglang/b.py"], remote, tmp_path / "x")
+
+
+from hypothesis import given, settings, strategies as st  # noqa: E402
+
+_segment = st.sampled_from(["..", ".", "", "sglang", "a.py", "srt", "x y", "\\", "~"])
+
+
+@settings(max_examples=150, deadline=None)
+@given(parts=st.lists(_segment, min_size=1, max_size=5), lead=st.sampled_from(["", "/", "//"]))
+def test_whatever_the_name_nothing_lands_outside_the_tree(tmp_path_factory, parts, lead):
+    base = tmp_path_factory.mktemp("prop")
+    tree = base / "tree"
+    name = lead + "/".join(parts)
+    remote = _remote(**{name: b"payload"}) if name else {}
+    try:
+        _extract("h", _tar([_file(name, b"payload")]), [name], remote, tree)
+    except TransportError:
+        pass
+    for p in base.rglob("*"):
+        if p.is_file():
+            assert p.resolve().is_relative_to(tree.resolve()), p
