@@ -37,6 +37,7 @@ __all__ = [
     "DDTree",
     "build_ddtree",
     "build_ddtree_from_topk",
+    "prefer_triton",
     "draft_topk",
     "candidate_pairs",
     "build_tree_arrays",
@@ -302,6 +303,17 @@ def build_tree_arrays(parents: torch.Tensor, valid: torch.Tensor, max_depth: int
     return retrieve_index, retrieve_next_token, retrieve_next_sibling, mask
 
 
+def prefer_triton(bs: int, budget: int, device) -> bool:
+    """Which tree path is faster, from the H200 measurements in bench/RESULTS.md (CUDA graphs,
+    V = 151,936, L = 15, K = N): the Triton path won for every budget up to 512 (bs 1: 389 vs
+    1197 µs at N 16, 1888 vs 2011 µs at N 512) and at bs 64 for every budget; the all-torch path
+    won at N 1024 with bs 1 (2750 vs 4149 µs) and bs 8 (4095 vs 4486 µs), where the fused beam's
+    in-register sort of ~7.7K candidates per depth dominates. CPU tensors always take torch."""
+    if torch.device(device).type != "cuda":
+        return False
+    return not (budget > 512 and bs < 64)
+
+
 def build_ddtree(
     draft_logits: torch.Tensor,
     root_tokens: torch.Tensor,
@@ -323,9 +335,10 @@ def build_ddtree(
         global order and pads the rest (valid False).
       exact_ties: see ``draft_topk``.
       use_triton: the Triton path (log-sum-exp, tie fix, fused beam, fused labelling, tree
-        links/mask kernels); None = on CUDA. True on CPU tensors needs TRITON_INTERPRET=1.
-      topk_chunks: see ``draft_topk``; None = 16 on CUDA when bs * L < 256 rows (few rows leave
-        most of the GPU idle in one topk), else 1.
+        links/mask kernels). None = ``prefer_triton(bs, budget, device)``, the measured winner
+        (bench/RESULTS.md). True on CPU tensors needs TRITON_INTERPRET=1.
+      topk_chunks: see ``draft_topk``; None = 1 (on the H200 the two-stage top-K was no faster:
+        bench/RESULTS.md).
     Returns:
       DDTree (see its docstring). Static shapes; no host synchronisation.
     Raises:
@@ -343,9 +356,9 @@ def build_ddtree(
         raise ValueError(f"root_tokens must be [bs] = [{bs}], got {tuple(root_tokens.shape)}")
     dev = draft_logits.device
     if use_triton is None:
-        use_triton = dev.type == "cuda"
+        use_triton = prefer_triton(bs, N, dev)
     if topk_chunks is None:
-        topk_chunks = 16 if (dev.type == "cuda" and bs * L < 256 and V // 16 >= topk) else 1
+        topk_chunks = 1
     lp, ids, _ = draft_topk(draft_logits, topk, exact_ties, use_triton=use_triton,
                             topk_chunks=topk_chunks)
     return build_ddtree_from_topk(lp, ids, root_tokens, N, request_budget, use_triton=use_triton)
@@ -383,7 +396,7 @@ def build_ddtree_from_topk(
     lp = lp.to(torch.float32).contiguous()
     ids = ids.to(torch.int64).contiguous()
     if use_triton is None:
-        use_triton = dev.type == "cuda"
+        use_triton = prefer_triton(bs, N, dev)
     if request_budget is None:
         nb = torch.full((bs,), N, dtype=torch.int64, device=dev)
     else:
