@@ -41,8 +41,8 @@ def test_cuda_tree_equals_cpu_reference(dtype, V, N, K, kind):
     x = logits(V + N, bs, L, V, dtype, kind)
     rb = torch.tensor([N, N // 3, 1])
     tree = build_ddtree(x.to(DEV), torch.tensor([1, 2, 3], device=DEV), N, K,
-                        request_budget=rb.to(DEV))
-    _, ids_gpu, lse_gpu = draft_topk(x.to(DEV), K)
+                        request_budget=rb.to(DEV), use_triton=True)
+    _, ids_gpu, lse_gpu = draft_topk(x.to(DEV), K, use_triton=True)
     _, ids_cpu, _ = draft_topk(x, K)
     assert torch.equal(ids_gpu.cpu(), ids_cpu), "tie rule must give the same top-K ids on both"
     for b in range(bs):

@@ -95,3 +95,44 @@ def test_sampling_walk_matches_reference_in_law():
         ref[len(path) - 1] += 1
     ref /= R
     assert (got - ref).abs().max() < 0.04, (got, ref)
+
+
+def test_reftree_walk_agrees_with_the_labelled_walk():
+    from patchsets.ddtree.modules.ddtree_reference import (
+        build_tree_reference,
+        greedy_walk_reftree,
+        reference_labelled,
+    )
+
+    g = torch.Generator().manual_seed(4)
+    x = torch.randn(5, 7, generator=g) * 2
+    ref = build_tree_reference(x, 12, 4)
+    lab = reference_labelled(ref, 3, 12)
+    # target choice per RefTree node: its first child's token (walks as deep as the tree goes)
+    choice = torch.full((13,), 99, dtype=torch.long)
+    for j in range(ref.num_nodes - 1, -1, -1):
+        p = int(ref.parents[j])
+        choice[p + 1] = ref.tokens[j]
+    path, bonus = greedy_walk_reftree(ref, 3, choice)
+    assert len(path) >= 2 and bonus == 99
+    # the same walk in the builder's labels: nodes are identified by their token prefix
+    def prefixes(tokens, parents, offset):
+        out = {}
+        for j in range(len(tokens)):
+            path, c = [], j
+            while c >= 0:
+                path.append(int(tokens[c]))
+                c = int(parents[c]) - offset if int(parents[c]) >= 0 else -1
+            out[tuple(reversed(path))] = j
+        return out
+
+    ref_pre = prefixes(ref.tokens.tolist(), ref.parents.tolist(), 0)
+    lab_pre = prefixes(lab["tokens"][1 : 1 + ref.num_nodes].tolist(),
+                       [int(p) - 1 if int(p) > 0 else -1 for p in lab["parents"][1 : 1 + ref.num_nodes]], 0)
+    lchoice = torch.full((13,), 99, dtype=torch.long)
+    lchoice[0] = choice[0]
+    for pre, j in ref_pre.items():
+        lchoice[lab_pre[pre] + 1] = choice[j + 1]
+    lpath, lbonus = greedy_walk_reference(lab["tokens"], lab["parents"], lchoice, lab["valid"])
+    assert [int(lab["tokens"][k]) for k in lpath[1:]] == [int(ref.tokens[j]) for j in path]
+    assert lbonus == bonus

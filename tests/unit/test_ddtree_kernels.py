@@ -1,6 +1,7 @@
 """The Triton kernels equal their torch twins, run in Triton's CPU interpreter.
 
-Skipped where Triton is not installed (CI's CPU torch has none); tests/gpu runs them compiled.
+Skipped where Triton is not installed or TRITON_INTERPRET != 1 (CI's CPU torch has no Triton);
+tests/gpu runs them compiled. Run: ``TRITON_INTERPRET=1 pytest tests/unit/test_ddtree_kernels.py``.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ if os.environ.get("TRITON_INTERPRET") != "1":
     pytest.skip("needs TRITON_INTERPRET=1 to run Triton kernels on CPU tensors", allow_module_level=True)
 
 from patchsets.ddtree.modules import ddtree_kernels as KR  # noqa: E402
+
+pytestmark = pytest.mark.slow  # the interpreter is slow (~4 min for this file)
 from patchsets.ddtree.modules.ddtree_accept import greedy_accept  # noqa: E402
 from patchsets.ddtree.modules.ddtree_tree import (  # noqa: E402
     build_custom_mask,

@@ -43,6 +43,7 @@ __all__ = [
     "build_tree_reference_from_topk",
     "reference_labelled",
     "greedy_walk_reference",
+    "greedy_walk_reftree",
     "sample_walk_reference",
     "ref_logprobs",
 ]
@@ -253,6 +254,22 @@ def greedy_walk_reference(
             return path, choice[cur]
         path.append(nxt)
         cur = nxt
+
+
+def greedy_walk_reftree(
+    tree: RefTree, root_token: int, target_choice: torch.Tensor
+) -> Tuple[List[int], int]:
+    """The greedy walk on a RefTree in its own (global pop) order.
+
+    target_choice: [N+1] int64 — index 0 is the root, index i + 1 is RefTree node i.
+    Returns (accepted RefTree node indices in path order, root excluded; the bonus token).
+    """
+    n = tree.num_nodes
+    tokens = torch.cat([torch.tensor([int(root_token)]), tree.tokens])
+    parents = torch.cat([torch.tensor([-1]), tree.parents + 1])
+    parents[1:][tree.parents < 0] = 0
+    path, bonus = greedy_walk_reference(tokens, parents, target_choice[: n + 1])
+    return [p - 1 for p in path[1:]], bonus
 
 
 def sample_walk_reference(
