@@ -189,12 +189,13 @@ class SnapshotResult:
 
 
 def snapshot(transport: Transport, host: Any, info: Any, home: Path | None = None, *,
-             compress: bool = False, timeout: float | None = 600) -> SnapshotResult:
+             compress: bool | None = None, timeout: float | None = 600) -> SnapshotResult:
     """Bring the local mirror of ``host`` (inventory Host) up to date with its install.
 
     ``info`` is the host's :class:`~sglang_patcher.discovery.HostInfo` (``interpreter``,
-    ``site_packages``, ``dist_info``, ``sglang_version``). ``compress`` gzips the tar stream (level 1;
-    worth it on slow links, not on loopback). Returns :class:`SnapshotResult`.
+    ``site_packages``, ``dist_info``, ``sglang_version``). ``compress`` gzips the tar stream (level 1,
+    about 3x smaller for SGLang's sources); None (default) compresses unless the transport is local
+    or reaches a loopback address, where it only costs CPU. Returns :class:`SnapshotResult`.
     Raises TransportError (host unreachable, command failed, bad tar stream), StateError (a file
     changed on the host during the snapshot: run it again).
     """
@@ -204,6 +205,8 @@ def snapshot(transport: Transport, host: Any, info: Any, home: Path | None = Non
     sudo = bool(getattr(host, "sudo", False))
     mirror = Mirror(home, host, info.sglang_version)
     mirror.root.mkdir(parents=True, exist_ok=True)
+    if compress is None:
+        compress = not getattr(transport, "is_loopback", True)
     with open(mirror.root / ".lock", "a+") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         out = call_json(transport, info.interpreter, "probe", "hash",

@@ -176,6 +176,12 @@ class SSHTransport:
             raise TransportError(f"{self.name} ({where}): SSH connection failed ({exc})") from exc
         self._conn = conn
 
+    @property
+    def is_loopback(self) -> bool:
+        """Whether the (resolved) target is this machine, where compressing transfers only costs."""
+        target = self._conn.host if self._conn is not None else (self.host.hostname or "")
+        return target in ("localhost", "::1") or target.startswith("127.")
+
     # -- commands --------------------------------------------------------------------------
 
     def run(self, argv: Sequence[str], *, stdin: bytes | None = None,

@@ -167,6 +167,7 @@ def test_root_owned_install_through_sudo(sshd, sglang_target, ssh_user_sudo, tmp
     with connect(elevated) as t:
         info = discover(t, elevated)
         assert info.user == "root" and info.writable
-        res = snapshot(t, elevated, info, home=tmp_path)
+        assert t.is_loopback
+        res = snapshot(t, elevated, info, home=tmp_path, compress=True)   # the gzip path, over SSH
     assert res.round_trips == 2 and res.files > 5000
     assert res.mirror.read("sglang/version.py") == (sglang_target.package_dir / "version.py").read_bytes()
