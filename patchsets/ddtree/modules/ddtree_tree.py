@@ -308,8 +308,9 @@ def prefer_triton(bs: int, budget: int, device) -> bool:
     V = 151,936, L = 15, K = N): the Triton path won for every budget up to 512 (bs 1: 389 vs
     1197 µs at N 16, 1888 vs 2011 µs at N 512) and at bs 64 for every budget; the all-torch path
     won at N 1024 with bs 1 (2750 vs 4149 µs) and bs 8 (4095 vs 4486 µs), where the fused beam's
-    in-register sort of ~7.7K candidates per depth dominates. CPU tensors always take torch."""
-    if torch.device(device).type != "cuda":
+    in-register sort of ~7.7K candidates per depth dominates. Budgets above 1024 (not measured;
+    the fused kernels' sorts would exceed 8K int64 keys) and CPU tensors take torch."""
+    if torch.device(device).type != "cuda" or budget > 1024:
         return False
     return not (budget > 512 and bs < 64)
 
