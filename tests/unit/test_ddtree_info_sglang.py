@@ -82,3 +82,19 @@ def test_verify_input_subclasses_sglang_dflash_verify_input():
     assert isinstance(vi, DFlashVerifyInput)
     assert vi.spec_input_type == SpecInputType.DFLASH_VERIFY and vi.is_verify_input()
     assert vi.num_tokens_per_req == 9 and vi.num_tokens_for_logprob_per_req == 9
+
+
+def test_draft_input_subclasses_dflash_draft_input_and_pristine_lacks_the_reserve_hook():
+    if D.DDTreeDraftInputV2 is None:
+        pytest.skip("sglang.srt.speculative.dflash_info_v2 does not import here")
+    from sglang.srt.speculative.dflash_info_v2 import DFlashDraftInputV2
+
+    di = D.make_ddtree_draft_input(bonus_tokens=torch.tensor([3, 4]), new_seq_lens=torch.tensor([9, 12]))
+    assert isinstance(di, DFlashDraftInputV2) and isinstance(di, D.DDTreeDraftInputV2)
+    assert di.bonus_tokens.dtype == torch.int64 and di.new_seq_lens.tolist() == [9, 12]
+    assert di.num_tokens_per_req == 1
+    # Pristine 0.5.23 hard-codes 2 * block_size: revision 2 must add the hook (the worker checks).
+    if "decode_reserve_tokens" not in DFlashDraftInputV2.__dict__:
+        import inspect
+
+        assert "reserve = 2 * block_size" in inspect.getsource(DFlashDraftInputV2.prepare_for_decode)
