@@ -160,8 +160,8 @@ def ssh_user_sudo(sshd: SshServer):
     """Let the SSH user run ``sudo -n`` for the duration of one test (see the module doc)."""
     if os.geteuid() != 0 or shutil.which("sudo") is None or shutil.which("visudo") is None:
         pytest.skip("needs root and sudo to grant the SSH test user passwordless sudo")
-    drop_in = Path("/etc/sudoers.d") / "sglpatch-test-session"
-    tmp = drop_in.with_name(".sglpatch-test-session.tmp")
+    drop_in = Path("/etc/sudoers.d") / f"sglpatch-test-{os.getpid()}"   # no '.': sudo skips those
+    tmp = drop_in.with_name(f".sglpatch-test-{os.getpid()}.tmp")
     tmp.write_text(f"{sshd.user} ALL=(root) NOPASSWD: ALL\n")
     os.chmod(tmp, 0o440)
     subprocess.run(["visudo", "-cf", str(tmp)], check=True, capture_output=True)
