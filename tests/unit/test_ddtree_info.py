@@ -525,3 +525,49 @@ def test_step_pipeline_halves_equal_the_individual_helpers():
     if D.DDTreeDraftInputV2 is None:
         with pytest.raises(RuntimeError, match="SGLang"):
             D.make_ddtree_draft_input(bonus_tokens=torch.zeros(2), new_seq_lens=torch.zeros(2))
+
+
+# ------------------------------------------------- no host reads, no value-dependent shapes
+def test_step_pipeline_runs_under_fake_tensors():
+    """FakeTensorMode raises on .item()/.tolist()/bool()/int() of a tensor and on value-dependent
+    output shapes (nonzero, boolean-mask indexing): the torch path of the whole decode-step tensor
+    pipeline — top-K merge, tree build, verify input, walk, compaction pairs, hidden-row gather,
+    outputs — must run under it (the precondition for CUDA-graph capture; tests/gpu captures it)."""
+    from torch._subclasses.fake_tensor import DataDependentOutputException, FakeTensorMode
+
+    from patchsets.ddtree.modules.ddtree_tree import build_ddtree_from_topk, candidate_pairs
+    from patchsets.ddtree.modules.ddtree_worker import draft_head_topk
+
+    bs, B, V, N, K, H = 3, 6, 40, 20, 5, 8
+    L = B - 1
+    sizes = D.DDTreeSizes(B, N, K)
+    candidate_pairs(N, K, "cpu")  # static table built eagerly, as before a capture
+    g = torch.Generator().manual_seed(0)
+    real = dict(
+        x=torch.randn(bs, L, V, generator=g), roots=torch.randint(0, V, (bs,), generator=g),
+        prefix=torch.tensor([5, 9, 2]), pos=torch.zeros(bs * (N + 1), dtype=torch.int64),
+        mask=torch.zeros(custom_mask_size(40, bs, N + 1), dtype=torch.bool),
+        tgt=torch.randint(0, V, (bs, N + 1), generator=g),
+        window=torch.arange(1, 1 + bs * sizes.window_width).view(bs, -1),
+        hidden=torch.randn(bs * (N + 1), H, generator=g), pool=torch.randn(200, H, generator=g),
+        dh=torch.randn(bs * L, H, generator=g), w=torch.randn(V + 3, H, generator=g),
+    )
+    mode = FakeTensorMode(allow_non_fake_inputs=True)
+    with mode:
+        f = {k: mode.from_tensor(v) for k, v in real.items()}
+        with pytest.raises(DataDependentOutputException):  # the detector works
+            f["prefix"].sum().item()
+        cands = draft_head_topk(f["dh"], f["w"], num_org=V, vocab_start=0, k=K, world_size=2,
+                                all_gather=lambda t: torch.stack([t, t]), chunk_rows=4)
+        tp_tree = build_ddtree_from_topk(D.topk_logprobs(cands).view(bs, L, K), cands.ids.view(bs, L, K),
+                                         f["roots"], N, use_triton=False)
+        tree = build_ddtree(f["x"], f["roots"], N, K, use_triton=False)
+        vi = D.prepare_verify_tensors(tree, f["prefix"], positions_out=f["pos"], custom_mask_out=f["mask"],
+                                      prefix_lens_sum=40)
+        res = D.finish_verify_tensors(tree, f["tgt"], f["prefix"], f["window"], sizes)
+        ctx = f["hidden"][res.hidden_rows.reshape(-1)]
+        f["pool"][res.kv_moves.tgt_loc] = f["pool"][res.kv_moves.src_loc]
+    assert tp_tree.tokens.shape == tree.tokens.shape == (bs, N + 1)
+    assert vi.custom_mask.shape == (custom_mask_size(40, bs, N + 1),)
+    assert res.outputs.out_tokens.shape == (bs, B) and ctx.shape == (bs * B, H)
+    assert res.kv_moves.tgt_loc.shape == (bs * B,)
