@@ -580,7 +580,7 @@ class DDTreeWorker(_WorkerBase):  # type: ignore[misc,valid-type]
                 )
                 choice = sample_target_choices(probs)
                 del probs
-        choice = choice.view(bs, N1).to(torch.int64)
+        choice = choice[: bs * N1].view(bs, N1).to(torch.int64)
         site = SpecTpSyncSite.DFLASH_ACCEPT_GREEDY if greedy else SpecTpSyncSite.DFLASH_ACCEPT_SAMPLE
         self._tp_sync.sync(site, choice)
 
@@ -610,7 +610,8 @@ class DDTreeWorker(_WorkerBase):  # type: ignore[misc,valid-type]
         hidden = logits_output.hidden_states
         if hidden is None:
             raise RuntimeError("DDTREE verify requires target hidden states, but got None.")
-        hidden = hidden.reshape(bs * N1, -1)
+        # rows past bs * N1 (TP/EP alignment padding) are never selected
+        hidden = hidden.reshape(-1, hidden.shape[-1])
         draft_loc_2d = self._draft_write_ids(kv_loc_plan).view(bs, W)[:, :B].contiguous()
         self._append_target_hidden_to_draft_kv_by_loc(
             target_hidden=hidden[step.hidden_rows.reshape(-1)],
