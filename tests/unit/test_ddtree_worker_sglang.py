@@ -97,6 +97,7 @@ CALLEES = {
         "sglang.srt.mem_cache.kv_index_translator.KVIndexTranslator/plan",
     "kv_loc_plan.reads_from": "sglang.srt.mem_cache.kv_loc_plan.KVLocPlan/reads_from",
     "draft_plan.bind": "sglang.srt.mem_cache.kv_loc_plan.KVLocPlan/bind",
+    "kv_loc_plan.write_ids": "sglang.srt.mem_cache.kv_loc_plan.KVLocPlan/write_ids",
     "verify_input.prepare_for_verify": "sglang.srt.speculative.dflash_info.DFlashVerifyInput/prepare_for_verify",
     "self._append_target_hidden_to_draft_kv_by_loc":
         "sglang.srt.speculative.dflash_worker_v2.DFlashWorkerV2/_append_target_hidden_to_draft_kv_by_loc",

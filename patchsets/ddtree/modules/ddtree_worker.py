@@ -585,7 +585,11 @@ class DDTreeWorker(_WorkerBase):  # type: ignore[misc,valid-type]
         self._tp_sync.sync(site, choice)
 
         # 6) Walk, compact the accepted path's target KV, lay the outputs out.
-        window_phys = verify_forward_batch.out_cache_loc.view(bs, N1)
+        # The verify window in the target pool's ids, from the plan (a replayed graph's batch
+        # may carry the runner's padded static buffer instead).
+        window_phys = kv_loc_plan.write_ids(
+            self.target_worker.model_runner.kv_index_translator, cols=verify_cols
+        ).view(bs, N1)
         step = finish_verify_tensors(tree, choice, prefix_lens, window_phys, sizes)
         self.model_runner.token_to_kv_pool.move_kv_cache(step.kv_moves.tgt_loc, step.kv_moves.src_loc)
         outputs = step.outputs
