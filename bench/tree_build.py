@@ -58,6 +58,7 @@ def main():
             eager = gpu_eager_median_us(lambda: build_ddtree(x, roots, N, N), reps=10)
             prep = gpu_graph_median_us(lambda: draft_topk(x, N), reps=50)
             prep16 = gpu_graph_median_us(lambda: draft_topk(x, N, topk_chunks=16), reps=50)
+            prep_chunked = gpu_graph_median_us(lambda: draft_topk(x, N, prep="chunked"), reps=50)
             topk_only = gpu_graph_median_us(lambda: torch.topk(x, N, dim=-1), reps=50)
             lp, _, _ = draft_topk(x, N)
             ci, ck = candidate_pairs(N, lp.shape[-1], lp.device)
@@ -81,10 +82,11 @@ def main():
                              cpu_heap_us=cpu, speedup=cpu / full,
                              gpu_graph_torch_path_us=torch_arrays, custom_mask_triton_us=mask_tri,
                              torch_topk_us=topk_only, beam_kernel_us=beam, gpu_prep_split16_us=prep16,
+                             gpu_prep_chunked_us=prep_chunked,
                              custom_mask_torch_us=mask_tor))
             print(f"bs={bs:3d} N={N:5d} gpu_graph={full:9.1f}us eager={eager:9.1f}us "
                   f"prep={prep:8.1f}us cpu_heap={cpu:11.1f}us x{cpu / full:7.1f} "
-                  f"prep16={prep16:.1f} topk={topk_only:.1f} beam={beam:.1f} all_torch={torch_arrays:8.1f}us mask1024 tri={mask_tri:.1f} torch={mask_tor:.1f}",
+                  f"prep16={prep16:.1f} prep_chunked={prep_chunked:.1f} topk={topk_only:.1f} beam={beam:.1f} all_torch={torch_arrays:8.1f}us mask1024 tri={mask_tri:.1f} torch={mask_tor:.1f}",
                   flush=True)
     meta = dict(date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
                 device=torch.cuda.get_device_name(), torch=torch.__version__, L=L, V=V,
@@ -99,13 +101,14 @@ def table(rows, meta):
     out = [f"Tree build — {meta['device']}, {meta['date']}, torch {meta['torch']}, L={meta['L']}, "
            f"V={meta['V']}, bf16 logits, K=N; CPU heap on {meta['cpu_threads']} threads",
            "", "| bs | N | GPU graph µs | GPU eager µs | prep (lse+top-K+ties) µs | prep, 16-chunk top-K µs "
+           "| prep, chunked kernels µs "
            "| one torch.topk µs "
            "| fused beam µs | CPU heap µs | speed-up | all-torch path, graph µs "
            "| custom_mask (prefix 1024) Triton / torch µs |",
-           "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+           "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
         out.append(f"| {r['bs']} | {r['N']} | {r['gpu_graph_us']:.1f} | {r['gpu_eager_us']:.1f} | "
-                   f"{r['gpu_prep_us']:.1f} | {r['gpu_prep_split16_us']:.1f} | {r['torch_topk_us']:.1f} | {r['beam_kernel_us']:.1f} | "
+                   f"{r['gpu_prep_us']:.1f} | {r['gpu_prep_split16_us']:.1f} | {r['gpu_prep_chunked_us']:.1f} | {r['torch_topk_us']:.1f} | {r['beam_kernel_us']:.1f} | "
                    f"{r['cpu_heap_us']:.0f} | {r['speedup']:.0f}x | "
                    f"{r['gpu_graph_torch_path_us']:.1f} | {r['custom_mask_triton_us']:.1f} / "
                    f"{r['custom_mask_torch_us']:.1f} |")

@@ -85,6 +85,9 @@ def test_triton_paths_equal_torch(N):
     lp2, ids2, lse2 = draft_topk(x, N, use_triton=False)
     assert torch.equal(ids, ids2)
     torch.testing.assert_close(lse, lse2, rtol=0, atol=2e-5)
+    lp3, ids3, lse3 = draft_topk(x, N, use_triton=True, prep="chunked")
+    assert torch.equal(ids3, ids2)
+    torch.testing.assert_close(lse3, lse2, rtol=0, atol=2e-5)
     # fused beam == torch beam on the same log-probs (bit for bit)
     ci, ck = candidate_pairs(N, lp.shape[-1], lp.device)
     for a, b in zip(_beam_search(lp, N), KR.beam_triton(lp, N, ci, ck)[:4]):

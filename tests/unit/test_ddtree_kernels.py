@@ -70,6 +70,9 @@ def test_triton_tree_path_equals_reference(seed, L, V, N, K, kind):
     lp_t, ids_t, lse_t = draft_topk(x, K, use_triton=True)
     lp_c, ids_c, lse_c = draft_topk(x, K, use_triton=False)
     assert torch.equal(ids_t, ids_c)
+    _, ids_k, lse_k = draft_topk(x, K, use_triton=True, prep="chunked")
+    assert torch.equal(ids_k, ids_c)
+    torch.testing.assert_close(lse_k, lse_c, rtol=0, atol=1e-5)
     torch.testing.assert_close(lse_t, lse_c, rtol=0, atol=1e-5)
     # fused beam == torch beam on the same log-probs
     ci, ck = candidate_pairs(N, lp_t.shape[-1], "cpu")

@@ -491,3 +491,91 @@ def label_triton(gtop, nb, roots, ids, score, parent, rank, budget: int):
             N1P=max(16, triton.next_power_of_2(N1)), num_warps=4 if NP <= 512 else 8,
         )
     return tokens, parents, depths, valid, scores, num
+
+
+# ----------------------------------------------------------------------------------------------
+# Chunk-parallel prep (log-sum-exp + tie fix over (row, chunk) programs). Not yet measured on the
+# GPU: opt in with draft_topk(..., prep="chunked"); bench/tree_build.py times both.
+# ----------------------------------------------------------------------------------------------
+
+
+@triton.jit
+def _prep_partial_kernel(x_ptr, thr_ptr, pm_ptr, ps_ptr, pc_ptr, NCH, V: tl.constexpr, CH: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    ch = tl.program_id(1)
+    offs = ch * CH + tl.arange(0, CH)
+    m = offs < V
+    x = tl.load(x_ptr + row * V + offs, mask=m, other=float("-inf"))
+    xf = x.to(tl.float32)
+    cm = tl.max(xf, axis=0)
+    e = tl.where(xf > float("-inf"), tl.exp(xf - cm), 0.0)
+    cs = tl.where(cm > float("-inf"), tl.sum(e, axis=0), 0.0)
+    t = tl.load(thr_ptr + row)
+    ceq = tl.sum(((x == t) & m).to(tl.int64), axis=0)
+    tl.store(pm_ptr + row * NCH + ch, cm)
+    tl.store(ps_ptr + row * NCH + ch, cs)
+    tl.store(pc_ptr + row * NCH + ch, ceq)
+
+
+@triton.jit
+def _prep_combine_kernel(pm_ptr, ps_ptr, pc_ptr, lse_ptr, pstart_ptr, NCH, NCHP: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    o = tl.arange(0, NCHP)
+    om = o < NCH
+    pm = tl.load(pm_ptr + row * NCH + o, mask=om, other=float("-inf"))
+    ps = tl.load(ps_ptr + row * NCH + o, mask=om, other=0.0)
+    pc = tl.load(pc_ptr + row * NCH + o, mask=om, other=0)
+    M = tl.max(pm, axis=0)
+    tot = tl.sum(tl.where(pm > float("-inf"), ps * tl.exp(pm - M), 0.0), axis=0)
+    tl.store(lse_ptr + row, M + tl.log(tot))
+    tl.store(pstart_ptr + row * NCH + o, tl.cumsum(pc, axis=0) - pc, mask=om)
+
+
+@triton.jit
+def _tie_write_kernel(x_ptr, thr_ptr, ngt_ptr, pstart_ptr, pc_ptr, ids_ptr, K, NCH,
+                      V: tl.constexpr, CH: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    ch = tl.program_id(1)
+    ngt = tl.load(ngt_ptr + row)
+    need = K - ngt
+    start = tl.load(pstart_ptr + row * NCH + ch)
+    cnt = tl.load(pc_ptr + row * NCH + ch)
+    work = (cnt > 0) & (start < need)  # chunks with no needed tie load nothing
+    offs = ch * CH + tl.arange(0, CH)
+    m = (offs < V) & work
+    x = tl.load(x_ptr + row * V + offs, mask=m, other=0)
+    t = tl.load(thr_ptr + row)
+    eq = (x == t) & m
+    r = start + tl.cumsum(eq.to(tl.int64), axis=0) - 1
+    sel = eq & (r < need)
+    tl.store(ids_ptr + row * K + ngt + r, offs.to(tl.int64), mask=sel)
+
+
+def prep_chunked_triton(x: torch.Tensor, vals: torch.Tensor, ids: torch.Tensor, exact_ties: bool,
+                        chunk: int = 4096):
+    """lse [R] float32 and tie-fixed ids [R, K] in 3 launches over (row, chunk) programs.
+
+    x: [R, V] logits; vals/ids: [R, K] from ``torch.topk`` (sorted desc). Same results as
+    ``lse_triton`` (up to float32 rounding) and ``tie_fix_triton`` (exactly).
+    """
+    R, V = x.shape
+    K = vals.shape[1]
+    dev = x.device
+    NCH = triton.cdiv(V, chunk)
+    x = x.contiguous()
+    thr = vals[:, K - 1].contiguous()
+    pm = torch.empty((R, NCH), dtype=torch.float32, device=dev)
+    ps = torch.empty_like(pm)
+    pc = torch.empty((R, NCH), dtype=torch.int64, device=dev)
+    pstart = torch.empty_like(pc)
+    lse = torch.empty((R,), dtype=torch.float32, device=dev)
+    out = ids.clone()
+    if R == 0:
+        return lse, out
+    _prep_partial_kernel[(R, NCH)](x, thr, pm, ps, pc, NCH, V=V, CH=chunk, num_warps=8)
+    _prep_combine_kernel[(R,)](pm, ps, pc, lse, pstart, NCH,
+                               NCHP=max(16, triton.next_power_of_2(NCH)), num_warps=1)
+    if exact_ties:
+        ngt = (vals > thr[:, None]).sum(-1)
+        _tie_write_kernel[(R, NCH)](x, thr, ngt, pstart, pc, out, K, NCH, V=V, CH=chunk, num_warps=8)
+    return lse, out

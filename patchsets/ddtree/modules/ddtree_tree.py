@@ -153,7 +153,7 @@ def _split_topk(x: torch.Tensor, k: int, chunks: int) -> Tuple[torch.Tensor, tor
 
 def draft_topk(
     draft_logits: torch.Tensor, topk: int, exact_ties: bool = True,
-    use_triton: Optional[bool] = None, topk_chunks: int = 1,
+    use_triton: Optional[bool] = None, topk_chunks: int = 1, prep: str = "row",
 ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Per-depth top-K' log-probs and ids under the tie rule (logit desc, token id asc).
 
@@ -172,6 +172,9 @@ def draft_topk(
         no [bs, L, V] temporaries); None = on CUDA.
       topk_chunks: > 1 runs ``torch.topk`` in two stages over that many vocabulary chunks
         (``_split_topk``); same result under ``exact_ties``.
+      prep: Triton prep kernels — "row" (one program per row; measured, bench/RESULTS.md) or
+        "chunked" (programs over (row, 4096-column chunk); same ids, lse up to rounding; not yet
+        measured on a GPU).
     """
     if draft_logits.dim() != 3:
         raise ValueError(f"draft_logits must be [bs, L, V], got {tuple(draft_logits.shape)}")
@@ -180,17 +183,27 @@ def draft_topk(
     x = draft_logits
     if use_triton is None:
         use_triton = x.device.type == "cuda"
-    if use_triton:
+    if prep not in ("row", "chunked"):
+        raise ValueError(f"prep must be 'row' or 'chunked', got {prep!r}")
+    if topk_chunks > 1:
+        vals, ids = _split_topk(x, k, int(topk_chunks))
+    else:
+        vals, ids = torch.topk(x, k, dim=-1, largest=True, sorted=True)  # [bs, L, k]
+    if use_triton and prep == "chunked":
+        from .ddtree_kernels import prep_chunked_triton
+
+        lse, ids = prep_chunked_triton(x.reshape(bs * L, V), vals.reshape(bs * L, k),
+                                       ids.reshape(bs * L, k), exact_ties)
+        lse, ids = lse.view(bs, L), ids.view(bs, L, k)
+    elif use_triton:
         from .ddtree_kernels import lse_triton
 
         lse = lse_triton(x.reshape(bs * L, V)).view(bs, L)
     else:
         lse = torch.logsumexp(x.float(), dim=-1)  # [bs, L]
-    if topk_chunks > 1:
-        vals, ids = _split_topk(x, k, int(topk_chunks))
-    else:
-        vals, ids = torch.topk(x, k, dim=-1, largest=True, sorted=True)  # [bs, L, k]
-    if exact_ties and use_triton:
+    if exact_ties and use_triton and prep == "chunked":
+        pass  # ties already fixed by prep_chunked_triton
+    elif exact_ties and use_triton:
         from .ddtree_kernels import tie_fix_triton
 
         ids = tie_fix_triton(x.reshape(bs * L, V), vals.reshape(bs * L, k),
