@@ -1,15 +1,21 @@
 """Triton kernels for DDTree (CUDA); each has a torch twin that the CPU uses.
 
-| kernel                    | torch twin                               | what it replaces               |
-|---------------------------|------------------------------------------|--------------------------------|
-| ``tree_arrays_triton``    | ``ddtree_tree.build_tree_arrays``        | ~3L + 10 small launches -> 1   |
-| ``custom_mask_triton``    | torch path of ``build_custom_mask``      | index tensor of bs*N1*N1 int64 |
-| ``greedy_walk_triton``    | torch path of ``ddtree_accept.greedy_accept`` | ~6L launches -> 1          |
+| kernel                     | torch twin                                | H200 result (bench/RESULTS.md)      |
+|----------------------------|-------------------------------------------|-------------------------------------|
+| ``lse_triton``             | ``torch.logsumexp(x.float())``            | with the tie fix: prep 2x faster at |
+| ``tie_fix_triton``         | full-vocabulary int32 ``where`` + topk    | bs 64, 1.3x slower at bs 1          |
+| ``prep_chunked_triton``    | (both of the above, (row, chunk) grid)    | not measured yet (opt-in)           |
+| ``beam_triton``            | ``ddtree_tree._beam_search`` (~10 ops/depth) | 22 us (N 16) .. 3.5 ms (N 1024)  |
+| ``label_triton``           | selection + labelling in ``build_ddtree_from_topk`` | part of the Triton path   |
+| ``tree_arrays_triton``     | ``ddtree_tree.build_tree_arrays``         | part of the Triton path             |
+| ``custom_mask_triton``     | torch path of ``build_custom_mask``       | 1.4-3.6x faster                     |
+| ``greedy_walk_triton``     | torch path of ``ddtree_accept.greedy_accept`` | 10-14x faster (25-32 us)        |
 
-Which path wins was measured on an H200 (bench/RESULTS.md); the callers pick Triton on CUDA by
-default (``use_triton=None``). Importing this module needs Triton; the other DDTree modules
-import it lazily and only for CUDA tensors. The kernels also run under ``TRITON_INTERPRET=1`` on
-CPU tensors (that is how the unit tests check them where Triton is installed).
+The whole Triton tree path beats the torch path except at N > 512 with bs < 64
+(``ddtree_tree.prefer_triton`` encodes that). Importing this module needs Triton; the other DDTree
+modules import it lazily and only for CUDA tensors (or when asked to). The kernels also run under
+``TRITON_INTERPRET=1`` on CPU tensors, which is how tests/unit/test_ddtree_kernels.py checks them.
+All loops have compile-time bounds (L, V, N1) so that the interpreter can run them.
 """
 
 from __future__ import annotations
@@ -21,7 +27,16 @@ import triton.language as tl
 from .ddtree_accept import Acceptance
 from .ddtree_tree import DDTree
 
-__all__ = ["tree_arrays_triton", "custom_mask_triton", "greedy_walk_triton"]
+__all__ = [
+    "tree_arrays_triton",
+    "custom_mask_triton",
+    "greedy_walk_triton",
+    "lse_triton",
+    "tie_fix_triton",
+    "prep_chunked_triton",
+    "beam_triton",
+    "label_triton",
+]
 
 
 @triton.jit
