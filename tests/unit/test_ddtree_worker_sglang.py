@@ -145,3 +145,76 @@ def test_lazy_imports_of_the_decode_step_resolve():
             mod = importlib.import_module(node.module)
             for alias in node.names:
                 assert hasattr(mod, alias.name), f"{node.module}.{alias.name}"
+
+
+CHECK_SCRIPT = r'''
+import json, torch
+from sglang.srt.server_args import prepare_server_args
+from sglang.srt.runtime_context import get_context
+sa = prepare_server_args(["--model-path", "dummy-model", "--speculative-algorithm", "DDTREE",
+    "--speculative-num-draft-tokens", "16", "--speculative-ddtree-budget", "64",
+    "--speculative-draft-model-path", "dummy-draft"])
+get_context().set_server_args(sa)
+from sglang.srt.speculative.spec_info import SpeculativeAlgorithm, create_dummy_verify_input
+from sglang.srt.speculative.spec_utils import resolve_num_tokens_per_req
+from sglang.srt.speculative.dflash_info_v2 import DFlashDraftInputV2
+from sglang.srt.speculative.ddtree_info import make_ddtree_draft_input
+A = SpeculativeAlgorithm.from_string("DDTREE")
+m = torch.ones(100, dtype=torch.bool)
+vi = create_dummy_verify_input(A, m, 65, False)
+dv = create_dummy_verify_input(A, m, 16, True)
+di = make_ddtree_draft_input(bonus_tokens=torch.tensor([1]), new_seq_lens=torch.tensor([5]))
+print(json.dumps(dict(
+    target=A.get_num_tokens_per_req_for_target_verify(16, False),
+    draft=A.get_num_tokens_per_req_for_target_verify(16, True),
+    resolved=resolve_num_tokens_per_req(phase="target_verify", spec_algorithm=A, is_draft_worker=False),
+    capture=[type(vi).__name__, vi.custom_mask is m, vi.draft_token_num],
+    draft_capture=[type(dv).__name__, dv.custom_mask is None, dv.draft_token_num],
+    worker=[A.create_worker(sa).__name__],
+    reserve=[di.decode_reserve_tokens(16), DFlashDraftInputV2.decode_reserve_tokens(di, 16)],
+    dflash=SpeculativeAlgorithm.DFLASH.get_num_tokens_per_req_for_target_verify(16, False),
+)))
+'''
+
+
+@pytest.mark.slow
+def test_doc_appendix_patch_applies_on_revision_1_and_wires_ddtree(tmp_path):
+    """docs/ddtree-rev2.md's Appendix A hunks, applied after revision 1 to a copy of the wheel's
+    sglang package, make SGLang's own code return DDTree's widths, capture input, worker and
+    reservation (a subprocess imports the patched copy)."""
+    import os
+    import shutil
+    import subprocess
+    import sys
+
+    import sglang
+
+    repo = Path(__file__).resolve().parents[2]
+    doc = (repo / "docs" / "ddtree-rev2.md").read_text()
+    patch_text = doc.split("## Appendix A.", 1)[1].split("```diff\n", 1)[1].split("```", 1)[0]
+    if shutil.which("patch") is None:
+        pytest.skip("GNU patch not installed")
+    site = tmp_path / "site"
+    shutil.copytree(Path(sglang.__file__).parent, site / "sglang",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    series = sorted((repo / "patchsets" / "ddtree" / "sglang-0.5.23").glob("*.patch"))
+    for p in series:
+        subprocess.run(["patch", "-p1", "-F0", "-s", "--no-backup-if-mismatch", "-i", str(p)],
+                       cwd=site, check=True)
+    subprocess.run(["patch", "-p1", "-F0", "-s", "--no-backup-if-mismatch"], input=patch_text.encode(),
+                   cwd=site, check=True)
+    for mod in ("ddtree_tree", "ddtree_accept", "ddtree_kernels", "ddtree_info", "ddtree_worker"):
+        shutil.copy(repo / "patchsets" / "ddtree" / "modules" / f"{mod}.py",
+                    site / "sglang" / "srt" / "speculative" / f"{mod}.py")
+    env = dict(os.environ, PYTHONPATH=str(site))
+    out = subprocess.run([sys.executable, "-c", CHECK_SCRIPT], env=env, capture_output=True, text=True,
+                         timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    import json
+
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    assert got == dict(
+        target=65, draft=16, resolved=65,
+        capture=["DDTreeVerifyInput", True, 65], draft_capture=["DFlashVerifyInput", True, 16],
+        worker=["DDTreeWorker"], reserve=[81, 32], dflash=16,
+    )
