@@ -517,7 +517,13 @@ class DDTreeWorker(_WorkerBase):  # type: ignore[misc,valid-type]
         )
 
         # 4) Target verify of N1 tokens per request.
-        prefix_sum_bound = int(host_committed.sum())
+        # Host upper bound of sum(prefix_lens) for the mask size. The reservation bound
+        # (committed on the host + B + W >= device prefix + W) holds even when the host's
+        # committed lengths lag a step under overlap; an under-estimate would write past the mask.
+        if draft_input.nxt_kv_lens_cpu is not None and draft_input.nxt_kv_lens_sum is not None:
+            prefix_sum_bound = int(draft_input.nxt_kv_lens_sum)
+        else:
+            prefix_sum_bound = int(host_committed.sum())
         verify_input = prepare_verify_tensors(
             tree,
             prefix_lens,
