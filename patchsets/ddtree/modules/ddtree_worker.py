@@ -517,13 +517,13 @@ class DDTreeWorker(_WorkerBase):  # type: ignore[misc,valid-type]
         )
 
         # 4) Target verify of N1 tokens per request.
-        # Host upper bound of sum(prefix_lens) for the mask size. The reservation bound
-        # (committed on the host + B + W >= device prefix + W) holds even when the host's
-        # committed lengths lag a step under overlap; an under-estimate would write past the mask.
+        # Host upper bound of sum(prefix_lens) for the mask size. Reserved length - W bounds the
+        # device prefix (reserved >= host committed + B + W, device prefix <= host committed + B)
+        # even when the host's committed lengths lag a step under overlap; an under-estimate
+        # would write past the mask, a loose one overflows the backend's graph mask buffer.
+        prefix_sum_bound = int(host_committed.sum())
         if draft_input.nxt_kv_lens_cpu is not None and draft_input.nxt_kv_lens_sum is not None:
-            prefix_sum_bound = int(draft_input.nxt_kv_lens_sum)
-        else:
-            prefix_sum_bound = int(host_committed.sum())
+            prefix_sum_bound = max(prefix_sum_bound, int(draft_input.nxt_kv_lens_sum) - bs * W)
         verify_input = prepare_verify_tensors(
             tree,
             prefix_lens,
