@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
 # Installs what sglpatch and its tests need on a fresh Debian/Ubuntu machine (idempotent).
 # System: openssh-server (the tests' real sshd), python3-venv (target venvs a non-root user can run),
-# rsync. Python: the CPU torch wheel first (pinned, so no CUDA build is pulled), then the project.
+# sudo (root-owned installs). Python: the CPU torch wheel first (pinned, so no CUDA build is pulled), then the project.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 need_apt=()
 [ -x /usr/sbin/sshd ] || need_apt+=(openssh-server)
 /usr/bin/python3 -c 'import venv, ensurepip' 2>/dev/null || need_apt+=(python3-venv)
-command -v rsync >/dev/null || need_apt+=(rsync)
+# sudo: the tests of hosts whose SGLang install is root-owned (`sudo: true` in hosts.yaml)
+command -v sudo >/dev/null || need_apt+=(sudo)
 if [ ${#need_apt[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo -n"; fi
   echo "setup: apt-get install ${need_apt[*]}"

@@ -22,8 +22,11 @@ from ..transport.base import CommandResult, Transport
 
 EXPECTED_FAILURE_EXIT = 3
 
+# ``python -c`` puts the working directory first on sys.path; drop it before any import so a stray
+# ``base64.py`` in the remote user's home cannot shadow the standard library (``sys`` is built in).
 _BOOTSTRAP = (
-    "import base64,sys,zlib;"
+    "import sys;sys.path.pop(0);"
+    "import base64,zlib;"
     "src=zlib.decompress(base64.b64decode(sys.argv[1])).decode();"
     "sys.argv=sys.argv[1:];"
     "exec(compile(src,'<sglpatch-remote>','exec'),{'__name__':'__main__'})"

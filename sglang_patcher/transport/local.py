@@ -25,8 +25,10 @@ class LocalTransport:
         try:
             proc = subprocess.run(argv, input=stdin if stdin is not None else b"",
                                   capture_output=True, timeout=timeout)
-        except FileNotFoundError as exc:
+        except FileNotFoundError as exc:   # as a shell reports it: 127 command not found
             return CommandResult(self.name, argv, 127, b"", str(exc).encode())
+        except PermissionError as exc:     # 126: found but not executable
+            return CommandResult(self.name, argv, 126, b"", str(exc).encode())
         except subprocess.TimeoutExpired as exc:
             raise TransportError(f"{self.name}: command timed out after {timeout} s: {argv[0]}") from exc
         return CommandResult(self.name, argv, proc.returncode, proc.stdout, proc.stderr)
