@@ -109,12 +109,15 @@ def rollback_cmd(app: AppContext, host_name: str | None, deployment: str | None,
 @click.option("--sglang", "version", default="0.5.23", show_default=True,
               help="SGLang release installed in the sandbox target.")
 @click.option("--patchset", default="ddtree", show_default=True)
+@click.option("--with-deps", is_flag=True,
+              help="Also install SGLang's CPU dependency set in the sandbox (~2 GB, once) so the "
+                   "L1 smoke check really imports and validates instead of reporting skipped.")
 @pass_app
-def demo_cmd(app: AppContext, version: str, patchset: str) -> None:
+def demo_cmd(app: AppContext, version: str, patchset: str, with_deps: bool) -> None:
     """Run the whole story on the embedded default target (a local venv): no GPU host needed."""
     from .demo import run_demo
 
-    run_demo(app, version=version, patchset=patchset)
+    run_demo(app, version=version, patchset=patchset, with_deps=with_deps)
 
 
 @cli.group("patchset")

@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from .cli import AppContext
 
 
-def run_demo(app: "AppContext", *, version: str, patchset: str) -> None:
+def run_demo(app: "AppContext", *, version: str, patchset: str, with_deps: bool = False) -> None:
     """Run the story; raises the first :class:`SglpatchError` met (the CLI prints it)."""
     results: dict[str, object] = {}
 
@@ -26,7 +26,7 @@ def run_demo(app: "AppContext", *, version: str, patchset: str) -> None:
         app.say(Rule(f"[bold]{title}"))
 
     step(f"0. the target: a local venv with sglang=={version} from PyPI")
-    python = ensure_sandbox(version, log=app.say)
+    python = ensure_sandbox(version, with_deps=with_deps, log=app.say)
     host = sandbox_host(version)
     app.say(f"interpreter {python}")
 
@@ -45,6 +45,9 @@ def run_demo(app: "AppContext", *, version: str, patchset: str) -> None:
     applied = service.apply_patchset(patchset, host, confirm=lambda plan: True, log=app.say)
     app.say(applied)
     results["apply"] = applied
+    if applied.checks is not None and applied.checks.level_status("L1") == "skipped":
+        app.say("[yellow]L1 was skipped: the sandbox holds sglang without its dependencies. "
+                "`sglpatch demo --with-deps` installs them (~2 GB, once) so L1 really runs.[/]")
 
     step("4. status: every touched file by hash")
     status = service.host_status(host, patchset=patchset)

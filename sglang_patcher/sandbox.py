@@ -2,15 +2,19 @@
 
 README command 1 runs the whole story (snapshot → diff → apply → status → rollback) against it, through
 the ``local`` transport, so a new user needs no GPU host. The venv lives under
-``sglpatch_home()/sandbox/venv-<version>`` and is built once with ``pip install --no-deps
-sglang==<version>`` (a real install of the real wheel; SGLang's heavy dependencies are left out, so the
-L1 import check reports "skipped" there, never "passed").
+``sglpatch_home()/sandbox/venv`` and is built once with ``pip install --no-deps sglang==<version>``
+(a real install of the real wheel). SGLang's dependencies are left out by default, so the L1 import
+check reports "skipped" there, never "passed". ``with_deps`` adds the CPU set that lets L1 really
+import and validate (``data/sglang-<version>-cpu-requirements.txt``: CPU torch, triton and light
+packages, about 2 GB); the CPU torch wheel is found the way pip finds it — ``PIP_FIND_LINKS`` (a
+directory holding it) or ``PIP_EXTRA_INDEX_URL=https://download.pytorch.org/whl/cpu``.
 """
 
 from __future__ import annotations
 
 import subprocess
 import sys
+from importlib import resources
 from pathlib import Path
 
 from .errors import SglpatchError
@@ -34,17 +38,29 @@ def sandbox_python(version: str = DEFAULT_SGLANG, home: Path | None = None) -> P
     return sandbox_dir(version, home) / "bin" / "python"
 
 
+def cpu_requirements(version: str) -> Path:
+    """The packaged CPU dependency list of SGLang ``version`` (raises SglpatchError if none ships)."""
+    ref = resources.files("sglang_patcher") / "data" / f"sglang-{version}-cpu-requirements.txt"
+    if not ref.is_file():
+        raise SglpatchError(f"sandbox: no CPU dependency list for sglang {version}",
+                            hint=f"run the demo without --with-deps, or with --sglang {DEFAULT_SGLANG}")
+    return Path(str(ref))
+
+
 def ensure_sandbox(version: str = DEFAULT_SGLANG, home: Path | None = None, *,
-                   log=print) -> Path:
+                   with_deps: bool = False, log=print) -> Path:
     """Create (once) the sandbox venv with ``sglang==version`` and return its interpreter path.
 
+    ``with_deps`` also installs SGLang's CPU dependency set (see the module doc), so L1 runs.
     Raises :class:`SglpatchError` naming the step and the pip output tail when venv or pip fails
     (for example no network and no pip cache). A half-built venv is removed so the next run retries.
     """
     venv = sandbox_dir(version, home)
     python = venv / "bin" / "python"
     marker = venv / ".sglpatch-ready"
-    if marker.exists() and python.exists() and marker.read_text().strip() == version:
+    want = f"{version}{' +deps' if with_deps else ''}"
+    if marker.exists() and python.exists() and marker.read_text().strip() in (
+            want, f"{version} +deps"):
         return python
     import shutil
 
@@ -57,6 +73,10 @@ def ensure_sandbox(version: str = DEFAULT_SGLANG, home: Path | None = None, *,
         [str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check", "--no-deps",
          f"sglang=={version}"],
     ]
+    if with_deps:
+        steps.append([str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check",
+                      "-r", str(cpu_requirements(version))])
+        log("  + SGLang's CPU dependency set (torch CPU, triton, light packages; ~2 GB, once)")
     for argv in steps:
         proc = subprocess.run(argv, capture_output=True, text=True)
         if proc.returncode != 0:
@@ -64,8 +84,9 @@ def ensure_sandbox(version: str = DEFAULT_SGLANG, home: Path | None = None, *,
             tail = "\n    ".join((proc.stderr or proc.stdout).strip().splitlines()[-10:])
             raise SglpatchError(
                 f"sandbox: `{' '.join(argv)}` failed (exit {proc.returncode})\n    {tail}",
-                hint="check network access to PyPI (or a pip cache holding the wheel) and retry")
-    marker.write_text(version + "\n")
+                hint="check network access to PyPI (or a pip cache holding the wheel) and retry; "
+                     "the CPU torch needs PIP_FIND_LINKS or PIP_EXTRA_INDEX_URL (module doc)")
+    marker.write_text(want + "\n")
     return python
 
 

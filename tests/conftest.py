@@ -10,7 +10,7 @@ Nothing here is a mock. Expensive parts are session-scoped and cached across run
   (Debian's /usr/bin/python3, cached under /var/tmp/sglpatch-tests/), reset to pristine before each
   test. A :class:`tests.support.venvs.TargetVenv`: a ``str`` (the interpreter path) with ``.venv``,
   ``.site_packages``, ``.package_dir``.
-- ``sglang_target_l1``: the same plus ``tests/requirements-l1.txt`` (CPU torch via PIP_FIND_LINKS);
+- ``sglang_target_l1``: the same plus ``sglang_patcher/data/sglang-0.5.23-cpu-requirements.txt`` (CPU torch via PIP_FIND_LINKS);
   skipped while that file does not exist (fails under CI).
 - ``local_target``: the same venv for the local transport, owned by the current user.
 - ``ssh_host`` / ``local_host``: inventory Hosts for those targets.
@@ -33,7 +33,7 @@ from tests.support import venvs
 from tests.support.sshd import SshServer, sshd_available, start_sshd
 
 REPO = Path(__file__).resolve().parent.parent
-L1_REQUIREMENTS = REPO / "tests" / "requirements-l1.txt"
+L1_REQUIREMENTS = REPO / "sglang_patcher" / "data" / "sglang-0.5.23-cpu-requirements.txt"
 
 
 def _in_ci() -> bool:
@@ -112,7 +112,7 @@ def _sglang_ssh_venv_l1(sshd: SshServer, tmp_path_factory) -> venvs.TargetVenv:
 
 @pytest.fixture
 def sglang_target_l1(_sglang_ssh_venv_l1: venvs.TargetVenv) -> venvs.TargetVenv:
-    """Like ``sglang_target`` plus tests/requirements-l1.txt (CPU torch, light deps)."""
+    """Like ``sglang_target`` plus sglang_patcher/data/sglang-0.5.23-cpu-requirements.txt (CPU torch, light deps)."""
     _sglang_ssh_venv_l1.reset()
     return _sglang_ssh_venv_l1
 

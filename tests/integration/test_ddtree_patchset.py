@@ -7,7 +7,7 @@
   another release cannot silently skip one.
 * L1 (marker ``l1``): the check script, run by a real target venv's interpreter, reports every check
   ``skipped`` on a ``--no-deps`` venv, ``failed`` on an unpatched L1 venv (``from_string("DDTREE")``
-  raises there), and ``passed`` on the patched L1 venv (tests/requirements-l1.txt: CPU torch + light
+  raises there), and ``passed`` on the patched L1 venv (sglang_patcher/data/sglang-0.5.23-cpu-requirements.txt: CPU torch + light
   deps). The venvs are the shared cached ones of ``tests/support/venvs.py``.
 """
 
@@ -186,8 +186,8 @@ def _venv_or_skip(name: str, extra: list[str]) -> Path:
 
 @pytest.fixture(scope="session")
 def l1_pristine_venv() -> Path:
-    reqs = venvs.read_requirements(REPO / "tests" / "requirements-l1.txt")
-    assert reqs, "tests/requirements-l1.txt is empty"
+    reqs = venvs.read_requirements(REPO / "sglang_patcher" / "data" / "sglang-0.5.23-cpu-requirements.txt")
+    assert reqs, "sglang_patcher/data/sglang-0.5.23-cpu-requirements.txt is empty"
     return _venv_or_skip("sglang-l1", reqs)
 
 
