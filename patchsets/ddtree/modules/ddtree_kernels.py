@@ -557,7 +557,8 @@ def _tie_write_kernel(x_ptr, thr_ptr, ngt_ptr, pstart_ptr, pc_ptr, ids_ptr, K, N
     cnt = tl.load(pc_ptr + row * NCH + ch)
     work = (cnt > 0) & (start < need)  # chunks with no needed tie load nothing
     offs = ch * CH + tl.arange(0, CH)
-    m = (offs < V) & work
+    # explicit broadcast: Triton 3.9's interpreter rejects a (vector & scalar) load mask
+    m = (offs < V) & (tl.full([CH], 1, tl.int1) & work)
     x = tl.load(x_ptr + row * V + offs, mask=m, other=0)
     t = tl.load(thr_ptr + row)
     eq = (x == t) & m
