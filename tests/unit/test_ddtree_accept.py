@@ -136,3 +136,23 @@ def test_reftree_walk_agrees_with_the_labelled_walk():
     lpath, lbonus = greedy_walk_reference(lab["tokens"], lab["parents"], lchoice, lab["valid"])
     assert [int(lab["tokens"][k]) for k in lpath[1:]] == [int(ref.tokens[j]) for j in path]
     assert lbonus == bonus
+
+
+def test_coin_sampling_is_the_inverse_cdf():
+    from patchsets.ddtree.modules.ddtree_accept import sample_target_choices
+
+    g = torch.Generator().manual_seed(3)
+    probs = torch.softmax(torch.randn(2, 5, 7, generator=g), -1)
+    coins = torch.rand(2, 5, generator=g)
+    got = sample_target_choices(probs, coins=coins)
+    for b in range(2):
+        for j in range(5):
+            c = torch.cumsum(probs[b, j].double(), 0)
+            want = int((c <= coins[b, j].double() * c[-1]).sum().clamp(max=6))
+            assert int(got[b, j]) == want
+    # in law: many coins reproduce the distribution
+    R = 20000
+    p = probs[0, 0]
+    toks = sample_target_choices(p.expand(1, R, 7), coins=torch.rand(1, R, generator=g))
+    freq = torch.bincount(toks.flatten(), minlength=7).double() / R
+    assert (freq - p.double()).abs().max() < 0.02

@@ -106,16 +106,25 @@ def greedy_accept(
 
 
 def sample_target_choices(
-    target_probs: torch.Tensor, generator: Optional[torch.Generator] = None
+    target_probs: torch.Tensor,
+    generator: Optional[torch.Generator] = None,
+    coins: Optional[torch.Tensor] = None,
 ) -> torch.Tensor:
     """One independent draw per node from the target's distribution at that node.
 
     target_probs: [bs, N1, V] float (rows sum to 1, temperature/top-p already applied).
+    coins: optional [bs, N1] uniforms in [0, 1): inverse-CDF draws (the same coins give the same
+      tokens on every tensor-parallel rank); otherwise ``torch.multinomial`` with ``generator``.
     Returns [bs, N1] int64.
     """
     bs, N1, V = target_probs.shape
     flat = target_probs.reshape(bs * N1, V).float()
-    return torch.multinomial(flat, 1, generator=generator).view(bs, N1)
+    if coins is None:
+        return torch.multinomial(flat, 1, generator=generator).view(bs, N1)
+    cdf = torch.cumsum(flat, dim=-1)
+    u = coins.reshape(bs * N1, 1).to(cdf.dtype) * cdf[:, -1:]  # tolerate rows summing to ~1
+    tok = (cdf <= u).sum(-1).clamp(max=V - 1)
+    return tok.view(bs, N1)
 
 
 def sample_accept(
@@ -123,11 +132,13 @@ def sample_accept(
     target_probs: torch.Tensor,
     generator: Optional[torch.Generator] = None,
     use_triton: Optional[bool] = None,
+    coins: Optional[torch.Tensor] = None,
 ) -> Acceptance:
     """The sampling walk at T > 0: draw each node's next token from the target under that node's
     context, then walk greedily on those draws. Equal in law to ``sample_walk_reference`` (only
-    the draws at visited nodes matter and they are independent)."""
-    choices = sample_target_choices(target_probs, generator)
+    the draws at visited nodes matter and they are independent). ``coins``: see
+    ``sample_target_choices``."""
+    choices = sample_target_choices(target_probs, generator, coins)
     return greedy_accept(tree, choices, use_triton=use_triton)
 
 
