@@ -18,7 +18,19 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-SCRIPT = REPO / "patchsets" / "ddtree" / "checks" / "l1_ddtree.py"
+# The current revision's check and revision 1's frozen one (history/r1, loaded as ddtree@1).
+SCRIPTS = {
+    "r2": REPO / "patchsets" / "ddtree" / "checks" / "l1_ddtree.py",
+    "r1": REPO / "patchsets" / "ddtree" / "history" / "r1" / "checks" / "l1_ddtree.py",
+}
+SCRIPT = SCRIPTS["r2"]
+
+
+@pytest.fixture(params=sorted(SCRIPTS), autouse=True)
+def script(request, monkeypatch):
+    """Every test runs against both revisions' check scripts."""
+    monkeypatch.setitem(globals(), "SCRIPT", SCRIPTS[request.param])
+    return SCRIPTS[request.param]
 
 
 def _load_script():
@@ -51,6 +63,21 @@ def _package(root: Path, files: dict[str, str]) -> Path:
         (root / rel).parent.mkdir(parents=True, exist_ok=True)
         (root / rel).write_text(text)
     return root
+
+
+def test_revision_2_checks_the_worker_and_sizes_revision_1_refused():
+    spec = importlib.util.spec_from_file_location("l1_r2", SCRIPTS["r2"])
+    r2 = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(r2)
+    assert "create_worker resolves DDTREE to DDTreeWorker" in r2.CHECK_NAMES
+    assert "create_worker refuses DDTREE (revision 2)" not in r2.CHECK_NAMES
+    for m in ("ddtree_reference", "ddtree_tree", "ddtree_accept", "ddtree_kernels", "ddtree_info",
+              "ddtree_worker"):
+        assert f"import sglang.srt.speculative.{m}" in r2.CHECK_NAMES
+    spec = importlib.util.spec_from_file_location("l1_r1", SCRIPTS["r1"])
+    r1 = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(r1)
+    assert "create_worker refuses DDTREE (revision 2)" in r1.CHECK_NAMES and len(r1.CHECK_NAMES) == 10
 
 
 def test_check_names_match_the_checks_run():

@@ -1,4 +1,4 @@
-"""L1 smoke check of the ddtree patchset (revision 1, the registration layer) on SGLang 0.5.23.
+"""L1 smoke check of the ddtree patchset (revision 2: the worker) on SGLang 0.5.23.
 
 Run by the target host's own interpreter (standard library + the installed sglang; no sglpatch code),
 sent in one exec channel by ``sglang_patcher.checks.run_l1``. It takes no arguments and prints ONE
@@ -6,7 +6,8 @@ JSON object on its last stdout line::
 
     {"checks": [{"name": str, "status": "passed" | "failed" | "skipped", "detail": str}, ...]}
 
-and exits 0 even when a check fails (a crash is reported by the caller as a failed L1).
+and exits 0 even when a check fails (a crash is reported by the caller as a failed L1). Nothing here
+needs a GPU, a model or a server; no worker is constructed.
 
 What it proves, in order (each check depends on the imports of the first):
 
@@ -19,8 +20,26 @@ What it proves, in order (each check depends on the imports of the first):
 4. ``--speculative-ddtree-*`` parse through SGLang's own ``prepare_server_args`` with their defaults
    (budget 256, topk unset = budget, hybrid override off) and explicit values;
 5. the DDTREE validation accepts a valid configuration, refuses budget 0, refuses a hybrid
-   Mamba/GDN target without ``--speculative-ddtree-allow-hybrid-unsafe`` and accepts it with it;
-6. ``create_worker`` refuses DDTREE with the error naming revision 2 (no silent DFlash fallback).
+   Mamba/GDN target without ``--speculative-ddtree-allow-hybrid-unsafe`` and accepts it with it,
+   and (revision 2) refuses a hybrid sliding-window (SWA) target and ``--enable-hisparse``;
+6. (revision 2) the six DDTree modules import from ``sglang.srt.speculative`` (relative imports
+   inside the installed package): ``ddtree_reference``, ``ddtree_tree``, ``ddtree_accept``,
+   ``ddtree_kernels`` (needs triton), ``ddtree_info``, ``ddtree_worker``;
+7. (revision 2) ``create_worker`` resolves DDTREE to ``sglang.srt.speculative.ddtree_worker.
+   DDTreeWorker`` (the class, not constructed), and that class subclasses ``DFlashWorkerV2``;
+8. (revision 2) the sizes SGLang's own code now derives for DDTREE (budget 64, block 16): target
+   verify width ``get_num_tokens_per_req_for_target_verify(16, False)`` = 65 = budget + 1 (also
+   through ``spec_utils.resolve_num_tokens_per_req``), the draft runner's 16, DFLASH's 16; the
+   capture input ``create_dummy_verify_input`` = a masked ``DDTreeVerifyInput`` of width 65 for the
+   target and DFlash's mask-less block input for the draft; the KV reservation
+   ``decode_reserve_tokens(16)`` = 16 + max(16, 65) = 81 for DDTREE and 32 for DFLASH
+   (docs/ddtree-rev2.md Appendix A's self-check, without a model or GPU).
+
+The width checks read SGLang's published ``spec`` config bag, so they publish the parsed record with
+``get_context().set_server_args``. Where that fails only because a third-party module is missing
+while computing the *derived* leaves of other namespaces (``transformers`` on a CPU host without it;
+the ``spec`` namespace has no derived leaves), the bags are published without derived leaves and
+the detail says so.
 
 Where validation runs in 0.5.23: ``prepare_server_args`` only parses. ``ServerArgs.resolve_once``
 runs ``arg_groups.pipeline.run_resolution_pipeline``, whose ``handle_speculative_decoding`` step
@@ -30,11 +49,11 @@ the way the pipeline prepares it (raw-input snapshot, empty declaration stash, i
 pipeline's earlier steps need the target checkpoint's config through ``ModelConfig``, which cannot be
 built without the model (and, in 0.5.23, without torchvision and the CUDA stack); so the target's
 model configuration is supplied through ``ModelConfig``'s fixture slot (``_model_config``, handed
-back as is by ``model_config_of``) as an architecture-only stand-in: the DDTREE hybrid test reads
-only ``hf_config.architectures`` (and ``layer_types``).
+back as is by ``model_config_of``) as an architecture-only stand-in: the DDTREE hybrid tests read
+only ``hf_config.architectures`` (and ``layer_types``) and ``is_hybrid_swa``.
 
-When a third-party module SGLang imports is missing (e.g. a ``--no-deps`` install), every check is
-reported ``skipped`` with ``missing module <name>``: never ``passed``.
+When a third-party module SGLang imports is missing (e.g. a ``--no-deps`` install), every check that
+needs it is reported ``skipped`` with ``missing module <name>``: never ``passed``.
 """
 
 from __future__ import annotations
@@ -56,6 +75,10 @@ PATCHED_MODULES = (
     "sglang.srt.arg_groups.speculative_hook",
 )
 
+# Installed by revision 2 into sglang/srt/speculative/ (patchset.yaml new_files).
+DDTREE_MODULES = ("ddtree_reference", "ddtree_tree", "ddtree_accept", "ddtree_kernels",
+                  "ddtree_info", "ddtree_worker")
+
 CHECK_NAMES = (
     "import patched modules",
     "from_string DDTREE",
@@ -66,13 +89,23 @@ CHECK_NAMES = (
     "validation refuses budget 0",
     "validation refuses a hybrid target without the override",
     "validation accepts a hybrid target with the override",
-    "create_worker refuses DDTREE (revision 2)",
+    "validation refuses a hybrid SWA target",
+    "validation refuses --enable-hisparse",
+    *(f"import sglang.srt.speculative.{m}" for m in DDTREE_MODULES),
+    "create_worker resolves DDTREE to DDTreeWorker",
+    "DDTreeWorker subclasses DFlashWorkerV2",
+    "target verify width is budget + 1",
+    "capture input carries the tree mask",
+    "KV reservation is block + max(block, budget + 1)",
 )
 
 DEFAULT_BUDGET = 256
 # A dense target and a hybrid (GDN) one, by architecture name as in the checkpoints' config.json.
 DENSE_ARCH = "Qwen3ForCausalLM"
 HYBRID_ARCH = "Qwen3NextForCausalLM"
+SWA_ARCH = "Gemma4ForCausalLM"      # a hybrid sliding-window target (configs/model_config.py)
+# Sizes checked against SGLang's own derivations: DFlash block 16, DDTree budget 64.
+BLOCK, BUDGET = 16, 64
 
 
 class CheckFailed(Exception):
@@ -105,8 +138,9 @@ class _TargetModelConfig:
     """Stands in for ``sglang.srt.configs.model_config.ModelConfig`` of the target checkpoint: only
     its ``hf_config.architectures`` / ``layer_types`` are read by the DDTREE hybrid test."""
 
-    def __init__(self, architecture: str):
+    def __init__(self, architecture: str, is_hybrid_swa: bool = False):
         self.hf_config = types.SimpleNamespace(architectures=[architecture], layer_types=[])
+        self.is_hybrid_swa = is_hybrid_swa
 
 
 def _server_args(extra: list[str]):
@@ -127,7 +161,7 @@ def _server_args(extra: list[str]):
     return prepare_server_args(argv)
 
 
-def _validate(extra: list[str], architecture: str):
+def _validate(extra: list[str], architecture: str, is_hybrid_swa: bool = False):
     """Run the DDTREE validation step the resolution pipeline runs; returns the record."""
     from sglang.srt.arg_groups.arg_utils import record_fields
     from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
@@ -136,7 +170,7 @@ def _validate(extra: list[str], architecture: str):
     # As run_resolution_pipeline / resolve_once prepare the record before their handlers run.
     sa._raw_input = {f.name: getattr(sa, f.name) for f in record_fields(type(sa))}
     sa._resolved_overrides = []
-    sa._model_config = _TargetModelConfig(architecture)
+    sa._model_config = _TargetModelConfig(architecture, is_hybrid_swa)
     sa._input_frozen = True
     try:
         SpeculativeAlgorithm.from_string(sa.speculative_algorithm).handle_server_args(sa)
@@ -210,9 +244,9 @@ def check_valid(mods):
             f"max verify width={width}")
 
 
-def _expect_refusal(extra, architecture, *needles):
+def _expect_refusal(extra, architecture, *needles, is_hybrid_swa=False):
     try:
-        _validate(extra, architecture)
+        _validate(extra, architecture, is_hybrid_swa)
     except ValueError as exc:
         msg = str(exc)
         missing = [n for n in needles if n not in msg]
@@ -236,16 +270,142 @@ def check_hybrid_override(mods):
     return f"{HYBRID_ARCH}: accepted with --speculative-ddtree-allow-hybrid-unsafe"
 
 
+def check_swa_refused(mods):
+    return _expect_refusal([], SWA_ARCH, "sliding-window", "--speculative-algorithm DFLASH",
+                           is_hybrid_swa=True)
+
+
+def check_hisparse_refused(mods):
+    return _expect_refusal(["--enable-hisparse"], DENSE_ARCH, "--enable-hisparse")
+
+
+def _import_module_check(module: str):
+    def check(mods):
+        import importlib
+
+        mod = importlib.import_module(f"sglang.srt.speculative.{module}")
+        where = getattr(mod, "__file__", "") or ""
+        if f"sglang{os.sep}srt{os.sep}speculative{os.sep}{module}.py" not in where:
+            raise CheckFailed(f"imported from {where}, not from sglang/srt/speculative/")
+        return where
+    return check
+
+
+def _sglang_import(module: str):
+    """Import an SGLang module; a missing third-party dependency surfaces as ModuleNotFoundError
+    (reported as skipped by the runner), a first-party failure as a failure."""
+    import importlib
+
+    return importlib.import_module(module)
+
+
 def check_create_worker(mods):
     SA = mods["sglang.srt.speculative.spec_info"].SpeculativeAlgorithm
     sa = _server_args([])
+    cls = SA.DDTREE.create_worker(sa)        # returns the class; nothing is constructed
+    name = f"{getattr(cls, '__module__', '?')}.{getattr(cls, '__qualname__', cls)!s}"
+    if name != "sglang.srt.speculative.ddtree_worker.DDTreeWorker":
+        raise CheckFailed(f"create_worker returned {name} (want sglang.srt.speculative.ddtree_worker."
+                          "DDTreeWorker; never DFlash's worker)")
+    return f"DDTREE -> {name} (not constructed)"
+
+
+def check_worker_base(mods):
+    base = _sglang_import("sglang.srt.speculative.dflash_worker_v2").DFlashWorkerV2
+    worker = _sglang_import("sglang.srt.speculative.ddtree_worker")
+    if not issubclass(worker.DDTreeWorker, base) or not worker.SGLANG_WORKER_AVAILABLE:
+        raise CheckFailed(f"DDTreeWorker bases {worker.DDTreeWorker.__mro__[1:]} "
+                          f"(SGLANG_WORKER_AVAILABLE={worker.SGLANG_WORKER_AVAILABLE})")
+    return "DDTreeWorker -> DFlashWorkerV2 (" + ", ".join(
+        c.__name__ for c in worker.DDTreeWorker.__mro__[1:4]) + ")"
+
+
+_PUBLISHED = {}
+
+
+def _publish_sizes_config():
+    """Publish a parsed DDTREE record (block 16, budget 64) as SGLang's runtime config; returns a
+    note ('' or why derived leaves were left out)."""
+    if "note" in _PUBLISHED:
+        return _PUBLISHED["note"]
+    from sglang.srt import runtime_context
+
+    sa = _server_args(["--speculative-ddtree-budget", str(BUDGET)])
+    note = ""
     try:
-        worker = SA.DDTREE.create_worker(sa)
-    except NotImplementedError as exc:
-        if "revision 2" not in str(exc):
-            raise CheckFailed(f"the error does not name revision 2: {exc}")
-        return f"refused: {exc}"
-    raise CheckFailed(f"create_worker returned {worker!r} (a silent fallback)")
+        runtime_context.get_context().set_server_args(sa)
+    except ModuleNotFoundError as exc:
+        if _first_party(exc.name):
+            raise
+        # Only other namespaces' derived leaves need the missing module; publish without them.
+        saved = runtime_context._install_derived_leaves
+        runtime_context._install_derived_leaves = lambda tops, server_args: None
+        try:
+            runtime_context.get_context().set_server_args(sa)
+        finally:
+            runtime_context._install_derived_leaves = saved
+        note = f" (config published without derived leaves: missing module {exc.name})"
+    _PUBLISHED["note"] = note
+    return note
+
+
+def check_widths(mods):
+    note = _publish_sizes_config()
+    SA = mods["sglang.srt.speculative.spec_info"].SpeculativeAlgorithm
+    got = {
+        "target": SA.DDTREE.get_num_tokens_per_req_for_target_verify(BLOCK, False),
+        "draft": SA.DDTREE.get_num_tokens_per_req_for_target_verify(BLOCK, True),
+        "dflash": SA.DFLASH.get_num_tokens_per_req_for_target_verify(BLOCK, False),
+    }
+    want = {"target": BUDGET + 1, "draft": BLOCK, "dflash": BLOCK}
+    try:    # the graph runner's entry point; spec_utils needs huggingface_hub
+        spec_utils = _sglang_import("sglang.srt.speculative.spec_utils")
+    except ModuleNotFoundError as exc:
+        if _first_party(exc.name):
+            raise
+        note += f"; spec_utils.resolve_num_tokens_per_req not checked: missing module {exc.name}"
+    else:
+        got["resolved"] = spec_utils.resolve_num_tokens_per_req(
+            phase="target_verify", spec_algorithm=SA.DDTREE, is_draft_worker=False)
+        want["resolved"] = BUDGET + 1
+    if got != want:
+        raise CheckFailed(f"widths {got}, want {want}")
+    return f"block {BLOCK}, budget {BUDGET}: {got}{note}"
+
+
+def check_capture_input(mods):
+    note = _publish_sizes_config()
+    import torch
+
+    spec_info = mods["sglang.srt.speculative.spec_info"]
+    SA = spec_info.SpeculativeAlgorithm
+    _sglang_import("sglang.srt.model_executor.forward_batch_info")   # the capture input needs it
+    mask = torch.ones(128, dtype=torch.bool)
+    target = spec_info.create_dummy_verify_input(SA.DDTREE, mask, BUDGET + 1, False)
+    draft = spec_info.create_dummy_verify_input(SA.DDTREE, mask, BLOCK, True)
+    got = {"target": (type(target).__name__, target.custom_mask is mask, target.draft_token_num),
+           "draft": (type(draft).__name__, draft.custom_mask is None, draft.draft_token_num)}
+    want = {"target": ("DDTreeVerifyInput", True, BUDGET + 1),
+            "draft": ("DFlashVerifyInput", True, BLOCK)}
+    if got != want:
+        raise CheckFailed(f"(type, mask as wanted, width) {got}, want {want}")
+    return f"target: masked DDTreeVerifyInput width {BUDGET + 1}; draft: DFlash block {BLOCK}{note}"
+
+
+def check_reserve(mods):
+    note = _publish_sizes_config()
+    import torch
+
+    v2 = _sglang_import("sglang.srt.speculative.dflash_info_v2")
+    info = _sglang_import("sglang.srt.speculative.ddtree_info")
+    if not hasattr(v2.DFlashDraftInputV2, "decode_reserve_tokens"):
+        raise CheckFailed("DFlashDraftInputV2.decode_reserve_tokens is missing (0007 not applied)")
+    draft = info.make_ddtree_draft_input(bonus_tokens=torch.tensor([1]), new_seq_lens=torch.tensor([5]))
+    got = (draft.decode_reserve_tokens(BLOCK), v2.DFlashDraftInputV2.decode_reserve_tokens(draft, BLOCK))
+    want = (BLOCK + max(BLOCK, BUDGET + 1), 2 * BLOCK)
+    if got != want:
+        raise CheckFailed(f"(DDTREE, DFLASH) reserve {got}, want {want}")
+    return f"DDTREE {got[0]} = {BLOCK} + max({BLOCK}, {BUDGET + 1}); DFLASH {got[1]}{note}"
 
 
 CHECKS = (
@@ -257,7 +417,14 @@ CHECKS = (
     ("validation refuses budget 0", check_budget_zero),
     ("validation refuses a hybrid target without the override", check_hybrid_refused),
     ("validation accepts a hybrid target with the override", check_hybrid_override),
-    ("create_worker refuses DDTREE (revision 2)", check_create_worker),
+    ("validation refuses a hybrid SWA target", check_swa_refused),
+    ("validation refuses --enable-hisparse", check_hisparse_refused),
+    *((f"import sglang.srt.speculative.{m}", _import_module_check(m)) for m in DDTREE_MODULES),
+    ("create_worker resolves DDTREE to DDTreeWorker", check_create_worker),
+    ("DDTreeWorker subclasses DFlashWorkerV2", check_worker_base),
+    ("target verify width is budget + 1", check_widths),
+    ("capture input carries the tree mask", check_capture_input),
+    ("KV reservation is block + max(block, budget + 1)", check_reserve),
 )
 
 
