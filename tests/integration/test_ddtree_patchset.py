@@ -1,4 +1,4 @@
-"""The ddtree patchset (revision 1) against the real sglang 0.5.23 wheel, and its L1 check for real.
+"""The ddtree patchset (current revision: 2) against the real sglang 0.5.23 wheel, and its L1 check for real.
 
 * The series applies to the pristine wheel tree with GNU ``patch --fuzz=0`` and with the project's
   strict applier (``Patchset.render``), and both give exactly the manifest's ``expected`` hashes; the
@@ -38,7 +38,7 @@ DDTREE = REPO / "patchsets" / "ddtree"
 L1_SCRIPT = DDTREE / "checks" / "l1_ddtree.py"
 README = DDTREE / "README.md"
 V = "0.5.23"
-L1_CHECKS = 10
+L1_CHECKS = 22          # revision 2 (revision 1 had 10)
 
 
 def _sha(data: bytes) -> str:
@@ -77,7 +77,9 @@ def _record_hashes(tree) -> dict[str, str]:
 def _patched_copy(ps, tree, dest: Path) -> Path:
     """Copy the touched files of the pristine tree to ``dest`` and apply the series with GNU patch."""
     target = ps.target(V)
-    for path in target.pristine:
+    for path, sha in target.pristine.items():
+        if sha is None:
+            continue                        # a new module (new_files), absent from the release
         (dest / path).parent.mkdir(parents=True, exist_ok=True)
         (dest / path).write_bytes(tree.read(path))
     for rel in target.series:
@@ -92,6 +94,9 @@ def _patched_copy(ps, tree, dest: Path) -> Path:
 def test_pristine_hashes_are_the_wheel_record(ps, tree):
     record = _record_hashes(tree)
     for path, sha in ps.target(V).pristine.items():
+        if sha is None:                     # a module the patchset adds: not in the release
+            assert path not in record and tree.read(path) is None, path
+            continue
         assert sha == record[path] == _sha(tree.read(path)), path
 
 
@@ -101,6 +106,10 @@ def test_series_applies_with_gnu_patch_fuzz0_to_expected_hashes(ps, tree, tmp_pa
     target = ps.target(V)
     assert set(target.expected) == set(target.pristine)
     for path, sha in target.expected.items():
+        if path in target.new_files:        # installed whole, not patched
+            assert target.pristine[path] is None
+            assert _sha((DDTREE / target.new_files[path]).read_bytes()) == sha, path
+            continue
         assert _sha((out / path).read_bytes()) == sha, path
 
 
@@ -111,6 +120,33 @@ def test_series_renders_with_the_strict_applier(ps, tree):
         assert _sha(change.new) == ps.target(V).expected[path], path
     assert "+    DDTREE = auto()" in res.diff_text()
     assert "+    speculative_ddtree_budget: A[" in res.diff_text()
+    # revision 2: the worker is dispatched, the revision-1 refusal is gone
+    assert "+            return DDTreeWorker" in res.diff_text()
+    assert "_ddtree_worker_missing" not in res.diff_text()
+
+
+def test_revision_1_is_frozen_and_recognised_by_revision_2(ps, tree):
+    r1 = load_patchset("ddtree@1")
+    assert (ps.revision, r1.revision) == (2, 1)
+    assert r1.root == DDTREE / "history" / "r1"
+    res = r1.render(V, tree.read)           # r1 still renders against the wheel, hashes checked
+    assert "raise _ddtree_worker_missing(\"serving\")" in res.diff_text()
+    assert ps.spec.history[1][V] == r1.target(V).expected
+    changed = set()
+    for path, sha in r1.target(V).expected.items():
+        same = ps.target(V).expected[path] == sha      # a file r2 leaves as r1 made it
+        assert ps.classify(path, sha, version=V) == ("patched" if same else "patched@r1"), path
+        changed |= set() if same else {path}
+    assert changed == {"sglang/srt/speculative/spec_info.py", "sglang/srt/arg_groups/speculative_hook.py"}
+    # every file r1 touches is touched by r2 too (so an upgrade leaves nothing of r1 behind)
+    assert set(r1.target(V).expected) <= set(ps.target(V).expected)
+
+
+def test_new_modules_are_installed_into_sglang_speculative(ps):
+    t = ps.target(V)
+    want = {"ddtree_reference", "ddtree_tree", "ddtree_accept", "ddtree_kernels", "ddtree_info",
+            "ddtree_worker"}
+    assert t.new_files == {f"sglang/srt/speculative/{m}.py": f"modules/{m}.py" for m in want}
 
 
 def test_patched_files_compile(ps, tree, tmp_path):
@@ -224,14 +260,25 @@ def test_l1_fails_on_the_unpatched_tree(l1_pristine_venv):
     assert checks["from_string DDTREE"]["status"] == "failed"
     assert "Unknown speculative algorithm name: DDTREE" in checks["from_string DDTREE"]["detail"]
     others = [c for n, c in checks.items() if n != "import patched modules"]
-    assert all(c["status"] == "failed" for c in others), others
+    # failed, or skipped where the check first needs a module this venv lacks; never passed
+    assert all(c["status"] == "failed" or (c["status"] == "skipped"
+               and c["detail"].startswith("missing module ")) for c in others), others
+    assert sum(c["status"] == "failed" for c in others) >= 17, others
 
 
 @pytest.mark.l1
 @pytest.mark.slow
 def test_l1_passes_on_the_patched_tree(l1_patched_venv):
     checks = {c["name"]: c for c in _run_l1(str(l1_patched_venv))}
-    bad = {n: c for n, c in checks.items() if c["status"] != "passed"}
+    # The L1 venv (sglang_patcher/data/sglang-0.5.23-cpu-requirements.txt) has no transformers:
+    # the checks that import SGLang's model-executor stack say so; everything else must pass.
+    needs_transformers = {"DDTreeWorker subclasses DFlashWorkerV2", "capture input carries the tree mask",
+                          "KV reservation is block + max(block, budget + 1)"}
+    bad = {n: c for n, c in checks.items() if c["status"] != "passed"
+           and not (n in needs_transformers and c["status"] == "skipped"
+                    and c["detail"].startswith("missing module "))}
     assert not bad, json.dumps(bad, indent=1)
     assert "refused" in checks["validation refuses a hybrid target without the override"]["detail"]
-    assert "revision 2" in checks["create_worker refuses DDTREE (revision 2)"]["detail"]
+    assert "refused" in checks["validation refuses a hybrid SWA target"]["detail"]
+    assert "DDTreeWorker" in checks["create_worker resolves DDTREE to DDTreeWorker"]["detail"]
+    assert "'target': 65" in checks["target verify width is budget + 1"]["detail"]
