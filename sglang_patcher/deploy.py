@@ -138,34 +138,29 @@ def untar(data: bytes) -> dict[str, bytes]:
     return out
 
 
-class AgentError(DeployError):
-    """An expected failure reported by the host agent; ``kind`` and ``details`` as the agent sent them."""
+class _AgentFailure:
+    """Mixin: an expected failure reported by the host agent, with its ``kind`` and ``details``."""
 
     def __init__(self, message: str, *, kind: str, details: dict[str, Any], hint: str | None = None):
-        super().__init__(message, hint=hint)
+        super().__init__(message, hint=hint)  # type: ignore[call-arg]
         self.kind = kind
         self.details = details
 
 
-class AgentDriftError(DriftError):
-    def __init__(self, message: str, *, kind: str, details: dict[str, Any], hint: str | None = None):
-        super().__init__(message, hint=hint)
-        self.kind = kind
-        self.details = details
+class AgentError(_AgentFailure, DeployError):
+    """The agent refused or failed (disk, permission, push); exit code of DeployError."""
 
 
-class AgentLockHeldError(LockHeldError):
-    def __init__(self, message: str, *, kind: str, details: dict[str, Any], hint: str | None = None):
-        super().__init__(message, hint=hint)
-        self.kind = kind
-        self.details = details
+class AgentDriftError(_AgentFailure, DriftError):
+    """The agent found live hashes outside the allowed set."""
 
 
-class AgentStateError(StateError):
-    def __init__(self, message: str, *, kind: str, details: dict[str, Any], hint: str | None = None):
-        super().__init__(message, hint=hint)
-        self.kind = kind
-        self.details = details
+class AgentLockHeldError(_AgentFailure, LockHeldError):
+    """Another deployment holds the host's lock."""
+
+
+class AgentStateError(_AgentFailure, StateError):
+    """The host's deployment records or journal do not allow the operation."""
 
 
 _HINTS = {
