@@ -1,0 +1,58 @@
+"""Revision 1 → 2 through the ``sglpatch`` command line (``main([...])`` in-process) on the local
+transport's real sglang 0.5.23 venv: ``diff`` shows revision 2, ``apply ddtree@1`` then
+``apply ddtree`` upgrades (status r2), ``rollback`` twice ends pristine by RECORD."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.integration.test_cli import live_hash, record_hashes, run_json, write_hosts
+
+pytestmark = [pytest.mark.sglang]
+
+VERSION = "0.5.23"
+SPEC_INFO = "sglang/srt/speculative/spec_info.py"
+WORKER = "sglang/srt/speculative/ddtree_worker.py"
+
+
+def test_diff_shows_revision_2_with_the_worker(capsys, sglpatch_home):
+    code, data, err = run_json(capsys, "diff", "ddtree", "--sglang", VERSION)
+    assert code == 0, err
+    assert data["revision"] == 2
+    assert WORKER in data["files"] and SPEC_INFO in data["files"]
+    assert "+            return DDTreeWorker" in data["diff"]
+    code, data, err = run_json(capsys, "diff", "ddtree@1", "--sglang", VERSION)
+    assert code == 0, err
+    assert data["revision"] == 1 and WORKER not in data["files"]
+
+
+def test_cli_r1_then_r2_then_rollback_twice_local(capsys, tmp_path, sglpatch_home, local_target):
+    from sglang_patcher.inventory import Host
+
+    hosts = write_hosts(tmp_path / "hosts.yaml",
+                        Host(name="here", transport="local", python=str(local_target)))
+    site = local_target.site_packages
+    record = record_hashes(site)
+    h = ["--hosts", str(hosts)]
+
+    code, data, err = run_json(capsys, *h, "apply", "ddtree@1", "--host", "here", "--yes")
+    assert code == 0, err
+    assert data["status"] == "applied" and data["plan"]["revision"] == 1
+    r1_spec_info = live_hash(site, SPEC_INFO)
+    assert live_hash(site, WORKER) is None
+
+    code, data, err = run_json(capsys, *h, "apply", "ddtree", "--host", "here", "--yes")
+    assert code == 0, err
+    assert data["status"] == "applied" and data["plan"]["revision"] == 2, data
+    assert data["plan"]["kind"] == "upgrade", data["plan"]
+    code, data, err = run_json(capsys, *h, "status", "--host", "here", "--patchset", "ddtree")
+    assert code == 0, err
+    assert {(f["state"], f["revision"]) for f in data["files"]} == {("patched", 2)}, data["files"]
+
+    code, _, err = run_json(capsys, *h, "rollback", "--host", "here")
+    assert code == 0, err
+    assert live_hash(site, SPEC_INFO) == r1_spec_info and live_hash(site, WORKER) is None
+
+    code, _, err = run_json(capsys, *h, "rollback", "--host", "here")
+    assert code == 0, err
+    assert live_hash(site, SPEC_INFO) == record[SPEC_INFO]
