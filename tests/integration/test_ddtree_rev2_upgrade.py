@@ -97,3 +97,40 @@ def test_ddtree_r1_then_r2_upgrade_then_rollback_twice(ssh_host, sglang_target, 
               f"({len(up.plan.to_push)} files)")
     finally:
         t.close()
+
+
+@pytest.mark.l1
+@pytest.mark.slow
+def test_ddtree_l1_follows_the_revision_on_upgrade(sshd, sglang_target_l1, sglpatch_home):
+    """On the L1 venv (CPU torch + light deps): after ``ddtree@1`` the r1 check runs (create_worker
+    refuses, naming revision 2); after the upgrade the r2 check runs (create_worker resolves to
+    DDTreeWorker, the modules import, the target verify width is budget + 1)."""
+    host = sshd.host_entry(sglang_target_l1, name="sshd-l1-upgrade")
+    r1 = load_patchset("ddtree@1")
+    r2 = load_patchset(REPO / "patchsets" / "ddtree")
+    t = connect(host)
+    try:
+        info = discover(t, host)
+        snap = snapshot(t, host, info, home=sglpatch_home)
+        first = apply_to_host(t, host, info, r1, pristine=snap.mirror, home=sglpatch_home)
+        l1 = {c.name: c for c in first.checks.checks if c.level == "L1"}
+        assert l1["create_worker refuses DDTREE (revision 2)"].status == "passed", first.checks.text()
+        assert first.checks.level_status("L1") == "passed", first.checks.text()
+
+        up = apply_to_host(t, host, info, r2, pristine=snap.mirror, home=sglpatch_home)
+        assert up.status == "applied" and up.plan.kind == "upgrade"
+        l1 = {c.name: c for c in up.checks.checks if c.level == "L1"}
+        assert "create_worker refuses DDTREE (revision 2)" not in l1
+        assert l1["create_worker resolves DDTREE to DDTreeWorker"].status == "passed", up.checks.text()
+        assert l1["target verify width is budget + 1"].status == "passed", up.checks.text()
+        for m in ("ddtree_reference", "ddtree_tree", "ddtree_accept", "ddtree_kernels", "ddtree_info",
+                  "ddtree_worker"):
+            assert l1[f"import sglang.srt.speculative.{m}"].status == "passed", up.checks.text()
+        assert not up.checks.failed, up.checks.text()
+        assert all(c.status == "passed" or c.detail.startswith("missing module ") for c in l1.values())
+        rollback_host(t, host, info, home=sglpatch_home)
+        rollback_host(t, host, info, home=sglpatch_home)
+        final = host_status(t, host, info, r2)
+        assert final.overall == "pristine", final.to_json()
+    finally:
+        t.close()
