@@ -24,7 +24,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from _timing import cpu_median_us, gpu_eager_median_us, gpu_graph_median_us  # noqa: E402
 
-from patchsets.ddtree.modules.ddtree_kernels import beam_triton  # noqa: E402
+from patchsets.ddtree.modules.ddtree_kernels import beam_select_triton, beam_triton  # noqa: E402
 from patchsets.ddtree.modules.ddtree_reference import build_tree_reference_from_topk  # noqa: E402
 from patchsets.ddtree.modules.ddtree_tree import (  # noqa: E402
     build_custom_mask,
@@ -45,6 +45,8 @@ def main():
     ap.add_argument("--cpu-max-requests", type=int, default=16,
                     help="time the CPU heap on at most this many requests and scale to bs")
     ap.add_argument("--out", default=None)
+    ap.add_argument("--no-torch-path", action="store_true",
+                    help="skip timing the all-torch path (recorded in bench/RESULTS.md)")
     a = ap.parse_args()
     dev = "cuda"
     L, V = a.depth, a.vocab
@@ -63,7 +65,16 @@ def main():
             lp, _, _ = draft_topk(x, N)
             ci, ck = candidate_pairs(N, lp.shape[-1], lp.device)
             beam = gpu_graph_median_us(lambda: beam_triton(lp, N, ci, ck), reps=50)
-            torch_arrays = gpu_graph_median_us(
+            beam_sel = gpu_graph_median_us(lambda: beam_select_triton(lp, N, ci, ck), reps=50)
+            full_sel = gpu_graph_median_us(
+                lambda: build_ddtree(x, roots, N, N, use_triton=True, beam="select"), reps=50)
+            full_sel_ch = gpu_graph_median_us(
+                lambda: build_ddtree(x, roots, N, N, use_triton=True, beam="select", prep="chunked"),
+                reps=50)
+            full_sort_ch = gpu_graph_median_us(
+                lambda: build_ddtree(x, roots, N, N, use_triton=True, beam="sort", prep="chunked"),
+                reps=50)
+            torch_arrays = float("nan") if a.no_torch_path else gpu_graph_median_us(
                 lambda: build_ddtree(x, roots, N, N, use_triton=False), reps=20)
             tree = build_ddtree(x, roots, N, N)
             pl = torch.full((bs,), 1024, dtype=torch.int64, device=dev)
@@ -82,10 +93,15 @@ def main():
                              cpu_heap_us=cpu, speedup=cpu / full,
                              gpu_graph_torch_path_us=torch_arrays, custom_mask_triton_us=mask_tri,
                              torch_topk_us=topk_only, beam_kernel_us=beam, gpu_prep_split16_us=prep16,
-                             gpu_prep_chunked_us=prep_chunked,
+                             gpu_prep_chunked_us=prep_chunked, beam_select_us=beam_sel,
+                             gpu_graph_select_us=full_sel, gpu_graph_select_chunked_us=full_sel_ch,
+                             gpu_graph_sort_chunked_us=full_sort_ch,
+                             speedup_select_chunked=cpu / full_sel_ch,
                              custom_mask_torch_us=mask_tor))
             print(f"bs={bs:3d} N={N:5d} gpu_graph={full:9.1f}us eager={eager:9.1f}us "
                   f"prep={prep:8.1f}us cpu_heap={cpu:11.1f}us x{cpu / full:7.1f} "
+                  f"select={full_sel:.1f} select+chunked={full_sel_ch:.1f} sort+chunked={full_sort_ch:.1f} "
+                  f"beam_select={beam_sel:.1f} x_best{cpu / min(full, full_sel, full_sel_ch, full_sort_ch):.1f} "
                   f"prep16={prep16:.1f} prep_chunked={prep_chunked:.1f} topk={topk_only:.1f} beam={beam:.1f} all_torch={torch_arrays:8.1f}us mask1024 tri={mask_tri:.1f} torch={mask_tor:.1f}",
                   flush=True)
     meta = dict(date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
@@ -112,6 +128,16 @@ def table(rows, meta):
                    f"{r['cpu_heap_us']:.0f} | {r['speedup']:.0f}x | "
                    f"{r['gpu_graph_torch_path_us']:.1f} | {r['custom_mask_triton_us']:.1f} / "
                    f"{r['custom_mask_torch_us']:.1f} |")
+    out += ["", "| bs | N | default (row prep, sort beam) µs | select beam µs | chunked prep + select beam µs "
+            "| chunked prep + sort beam µs | prep row / chunked µs | beam kernel sort / select µs "
+            "| CPU heap µs | speed-up (chunked + select) |",
+            "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        out.append(f"| {r['bs']} | {r['N']} | {r['gpu_graph_us']:.1f} | {r['gpu_graph_select_us']:.1f} | "
+                   f"{r['gpu_graph_select_chunked_us']:.1f} | {r['gpu_graph_sort_chunked_us']:.1f} | "
+                   f"{r['gpu_prep_us']:.1f} / {r['gpu_prep_chunked_us']:.1f} | "
+                   f"{r['beam_kernel_us']:.1f} / {r['beam_select_us']:.1f} | {r['cpu_heap_us']:.0f} | "
+                   f"{r['speedup_select_chunked']:.0f}x |")
     return "\n".join(out)
 
 

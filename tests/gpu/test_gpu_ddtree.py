@@ -51,6 +51,21 @@ def test_cuda_tree_equals_cpu_reference(dtype, V, N, K, kind):
         want = reference_labelled(ref, b + 1, N)
         for f in FIELDS:
             assert torch.equal(getattr(tree, f)[b].cpu(), want[f]), (b, f)
+    # the selection beam (beam="select") and the chunk-parallel prep (prep="chunked") give the
+    # reference tree too (each fed the log-sum-exp its own prep computed)
+    for prep, beam in (("row", "select"), ("chunked", "select"), ("chunked", "sort")):
+        t2 = build_ddtree(x.to(DEV), torch.tensor([1, 2, 3], device=DEV), N, K,
+                          request_budget=rb.to(DEV), use_triton=True, prep=prep, beam=beam)
+        _, ids_v, lse_v = draft_topk(x.to(DEV), K, use_triton=True, prep=prep)
+        assert torch.equal(ids_v.cpu(), ids_cpu)
+        for b in range(bs):
+            want = reference_labelled(build_tree_reference(x[b], int(rb[b]), K, lse=lse_v[b].cpu()),
+                                      b + 1, N)
+            for f in FIELDS:
+                assert torch.equal(getattr(t2, f)[b].cpu(), want[f]), (prep, beam, b, f)
+        if prep == "row":
+            for f in FIELDS + ("retrieve_next_token", "retrieve_next_sibling", "tree_mask", "num_nodes"):
+                assert torch.equal(getattr(t2, f), getattr(tree, f)), (beam, f)
     # and the whole CPU build (its own lse) gives the same tree; the only legitimate difference
     # would be a cross-depth near-tie within the CPU/GPU log-sum-exp rounding (reported, bounded)
     cpu = build_ddtree(x, torch.tensor([1, 2, 3]), N, K, request_budget=rb, use_triton=False)
@@ -92,10 +107,17 @@ def test_triton_paths_equal_torch(N):
     ci, ck = candidate_pairs(N, lp.shape[-1], lp.device)
     for a, b in zip(_beam_search(lp, N), KR.beam_triton(lp, N, ci, ck)[:4]):
         assert torch.equal(a, b)
+    # selection beam == sort beam, gtop included
+    for a, b in zip(KR.beam_triton(lp, N, ci, ck), KR.beam_select_triton(lp, N, ci, ck)):
+        assert torch.equal(a, b)
+    ts = build_ddtree(x, torch.arange(bs, device=DEV), N, N, request_budget=rb, use_triton=True,
+                      beam="select")
     t = build_ddtree(x, torch.arange(bs, device=DEV), N, N, request_budget=rb, use_triton=True)
     t2 = build_ddtree(x, torch.arange(bs, device=DEV), N, N, request_budget=rb, use_triton=False)
     same = torch.equal(t.tokens, t2.tokens) and torch.equal(t.parents, t2.parents)
     print(f"TRITON_VS_TORCH N={N} identical_trees={same}")
+    for f in FIELDS + ("retrieve_next_token", "retrieve_next_sibling", "tree_mask", "num_nodes"):
+        assert torch.equal(getattr(t, f), getattr(ts, f)), ("select", f)
     if same:
         for f in ("depths", "valid", "retrieve_next_token", "retrieve_next_sibling", "tree_mask",
                   "num_nodes"):
@@ -171,3 +193,45 @@ def test_cuda_graph_capture_replay_equals_eager(bs, N, V, use_triton):
         for a, b in zip(got, eager):
             assert torch.equal(a, b)
         assert torch.equal(got_mask, mask_buf) and torch.equal(got_pos, pos_buf)
+
+
+@pytest.mark.parametrize("bs,N", [(1, 512), (64, 256), (3, 1024)])
+def test_select_chunked_graph_replay_equals_eager(bs, N):
+    """build_ddtree(prep="chunked", beam="select") under CUDA-graph capture: replays equal eager
+    and the sort/row path on fresh inputs (bf16, V = 151,936)."""
+    L, V = 15, 151_936
+    x = torch.empty(bs, L, V, dtype=torch.bfloat16, device=DEV)
+    roots = torch.zeros(bs, dtype=torch.int64, device=DEV)
+    rb = torch.empty(bs, dtype=torch.int64, device=DEV)
+
+    def run():
+        t = build_ddtree(x, roots, N, N, request_budget=rb, use_triton=True, prep="chunked",
+                         beam="select")
+        return [getattr(t, f) for f in FIELDS + ("retrieve_next_token", "tree_mask", "num_nodes")]
+
+    def fill(seed):
+        g = torch.Generator(device=DEV).manual_seed(seed)
+        x.copy_(torch.randn(bs, L, V, generator=g, device=DEV) * 3)
+        rb.copy_(torch.randint(1, N + 1, (bs,), generator=g, device=DEV))
+
+    fill(0)
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for _ in range(2):
+            run()
+    torch.cuda.current_stream().wait_stream(s)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        outs = run()
+    for seed in (1, 2):
+        fill(seed)
+        graph.replay()
+        torch.cuda.synchronize()
+        got = [o.clone() for o in outs]
+        for a, b in zip(got, run()):
+            assert torch.equal(a, b)
+        old = build_ddtree(x, roots, N, N, request_budget=rb, use_triton=True, prep="chunked",
+                           beam="sort")
+        for a, f in zip(got, FIELDS + ("retrieve_next_token", "tree_mask", "num_nodes")):
+            assert torch.equal(a, getattr(old, f)), f

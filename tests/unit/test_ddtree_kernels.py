@@ -81,6 +81,9 @@ def test_triton_tree_path_equals_reference(seed, L, V, N, K, kind):
     got_beam = KR.beam_triton(lp_t, N, ci, ck)
     for a, b in zip(ref_beam, got_beam[:4]):
         assert torch.equal(a, b)
+    # selection beam == sort beam (gtop included)
+    for a, b in zip(got_beam, KR.beam_select_triton(lp_t, N, ci, ck)):
+        assert torch.equal(a, b)
     tree = build_ddtree(x, roots, N, K, request_budget=rb, use_triton=True)
     for b in range(bs):
         ref = build_tree_reference(x[b], int(rb[b]), K, lse=lse_t[b])
@@ -88,6 +91,10 @@ def test_triton_tree_path_equals_reference(seed, L, V, N, K, kind):
         for f in ("tokens", "parents", "depths", "valid", "scores"):
             assert torch.equal(getattr(tree, f)[b], want[f]), (b, f, getattr(tree, f)[b], want[f])
         assert int(tree.num_nodes[b]) == ref.num_nodes
+    sel_tree = build_ddtree(x, roots, N, K, request_budget=rb, use_triton=True, beam="select")
+    for f in ("tokens", "parents", "depths", "valid", "scores", "num_nodes", "retrieve_next_token",
+              "retrieve_next_sibling", "tree_mask"):
+        assert torch.equal(getattr(sel_tree, f), getattr(tree, f)), ("select", f)
     torch_tree = build_ddtree(x, roots, N, K, request_budget=rb, use_triton=False)
     for f in ("retrieve_next_token", "retrieve_next_sibling", "tree_mask"):
         # same node set up to lse rounding: compare only when the trees agree on parents

@@ -45,6 +45,16 @@ CASES = [
                            parent_ptr=I64, rank_ptr=I64, label_ptr=I64, tok_ptr=I64, par_ptr=I64,
                            dep_ptr=I64, val_ptr=I8, sco_ptr=F32, num_ptr=I64, K="i32", N="i32", L=C,
                            NP=C, N1P=C), dict(L=15, NP=256, N1P=512), 4),
+    (K._beam_select_kernel, dict(lp_ptr=F32, ci_ptr=I64, ck_ptr=I64, score_ptr=F32, valid_ptr=I8,
+                                 parent_ptr=I64, rank_ptr=I64, gtop_ptr=I64, gkey_ptr=I64, scr_ptr=I64,
+                                 K="i32", N="i32", C="i32", L=C, NP=C, CP=C, GP=C, W=C, ROUNDS=C,
+                                 GW=C, GROUNDS=C),
+     dict(L=15, NP=512, CP=4096, GP=8192, W=8, ROUNDS=12, GW=4, GROUNDS=17), 16),
+    (K._label_count_kernel, dict(gtop_ptr=I64, nb_ptr=I64, root_ptr=I64, ids_ptr=I64, score_ptr=F32,
+                                 parent_ptr=I64, rank_ptr=I64, label_ptr=I64, cnt_ptr="*i32",
+                                 tok_ptr=I64, par_ptr=I64, dep_ptr=I64, val_ptr=I8, sco_ptr=F32,
+                                 num_ptr=I64, K="i32", N="i32", L=C, NP=C, N1P=C),
+     dict(L=15, NP=512, N1P=1024), 4),
 ]
 
 

@@ -595,3 +595,259 @@ def prep_chunked_triton(x: torch.Tensor, vals: torch.Tensor, ids: torch.Tensor, 
         ngt = (vals > thr[:, None]).sum(-1)
         _tie_write_kernel[(R, NCH)](x, thr, ngt, pstart, pc, out, K, NCH, V=V, CH=chunk, num_warps=8)
     return lse, out
+
+
+# ----------------------------------------------------------------------------------------------
+# Selection instead of sorting (opt-in: build_ddtree(..., beam="select")). Per depth the beam is
+# the N smallest of ~N H(N) packed keys; instead of a full tl.sort of all of them, a W-ary search
+# on the keys' 33-bit primary (score bits + invalid flag) finds the primary P of the N-th smallest
+# key, ties at P go to the smallest sub (= lane index, a cumsum), the N survivors are compacted
+# and only they are sorted. The global order (running merge sort per depth before) is one such
+# selection over all L * N beam keys at the end. Labels: the selected nodes of one depth form a
+# down-set of the (parent order, rank) grid, so a node's position inside its depth is
+# (#selected nodes with a smaller parent order) + its rank: counts, no sort.
+# ----------------------------------------------------------------------------------------------
+
+
+@triton.jit
+def _select_smallest(key, hi0, N, scr_ptr, NP: tl.constexpr, W: tl.constexpr, ROUNDS: tl.constexpr):
+    """The N smallest of ``key`` ([X] int64, distinct, low 30 bits = sub ascending with the lane
+    index; unused lanes _MAXKEY), sorted ascending in an [NP] tensor (lanes >= N: _MAXKEY).
+
+    hi0: a primary (key >> 30) that at least N keys do not exceed. scr_ptr: NP int64 scratch.
+    Exact: the search invariant is count(prim <= lo - 1) < N <= count(prim <= hi).
+    """
+    prim = key >> 30
+    lo = tl.min(prim, axis=0)
+    hi = hi0
+    jj = tl.arange(0, W).to(tl.int64)
+    for _ in range(ROUNDS):
+        step = (hi - lo) // W + 1
+        th = lo + (jj + 1) * step - 1
+        cnt = tl.sum((prim[:, None] <= th[None, :]).to(tl.int32), axis=0)
+        j = tl.min(tl.where(cnt >= N, jj, W), axis=0)
+        nlo = lo + j * step
+        hi = tl.minimum(nlo + step - 1, hi)
+        lo = nlo
+    lt = prim < lo
+    n_lt = tl.sum(lt.to(tl.int32), axis=0)
+    eq = prim == lo
+    eqr = tl.cumsum(eq.to(tl.int32), axis=0)
+    sel = lt | (eq & (eqr <= N - n_lt))
+    pos = tl.cumsum(sel.to(tl.int32), axis=0) - 1
+    tl.store(scr_ptr + tl.where(sel, pos, 0), key, mask=sel)
+    tl.debug_barrier()
+    offs = tl.arange(0, NP)
+    top = tl.load(scr_ptr + offs, mask=offs < N, other=_MAXKEY)
+    tl.debug_barrier()
+    return tl.sort(top)
+
+
+@triton.jit
+def _beam_select_kernel(
+    lp_ptr,  # [bs, L, K] f32
+    ci_ptr,  # [C] int64
+    ck_ptr,  # [C] int64
+    score_ptr,  # [bs, L, N] f32 out
+    valid_ptr,  # [bs, L, N] int8 out
+    parent_ptr,  # [bs, L, N] int64 out
+    rank_ptr,  # [bs, L, N] int64 out
+    gtop_ptr,  # [bs, N] int64 out: the N smallest global keys, ascending
+    gkey_ptr,  # [bs, L * N] int64 scratch: every beam entry's global key
+    scr_ptr,  # [bs, NP] int64 scratch
+    K,
+    N,
+    C,
+    L: tl.constexpr,
+    NP: tl.constexpr,
+    CP: tl.constexpr,
+    GP: tl.constexpr,
+    W: tl.constexpr,
+    ROUNDS: tl.constexpr,
+    GW: tl.constexpr,
+    GROUNDS: tl.constexpr,
+):
+    b = tl.program_id(0).to(tl.int64)
+    offs_n = tl.arange(0, NP)
+    nm = offs_n < N
+    lp_b = lp_ptr + b * L * K
+    out_b = b * L * N
+    scr = scr_ptr + b * NP
+    n1 = tl.minimum(N, K)
+    v0 = offs_n < n1
+    s0 = tl.load(lp_b + offs_n, mask=v0, other=float("-inf"))
+    tl.store(score_ptr + out_b + offs_n, s0, mask=nm)
+    tl.store(valid_ptr + out_b + offs_n, v0.to(tl.int8), mask=nm)
+    tl.store(parent_ptr + out_b + offs_n, tl.full([NP], -1, tl.int64), mask=nm)
+    tl.store(rank_ptr + out_b + offs_n, tl.minimum(offs_n, K - 1).to(tl.int64), mask=nm)
+    tl.store(gkey_ptr + out_b + offs_n, _desc_key(s0, v0, offs_n), mask=nm)
+    tl.debug_barrier()
+    offs_c = tl.arange(0, CP)
+    cm = offs_c < C
+    ci = tl.load(ci_ptr + offs_c, mask=cm, other=0)
+    ck = tl.load(ck_ptr + offs_c, mask=cm, other=0)
+    head = cm & (ck == 0)  # the N rank-0 children: at least N keys <= their max
+    for d in range(1, L):
+        prev = out_b + (d - 1) * N
+        ps = tl.load(score_ptr + prev + ci, mask=cm, other=float("-inf"))
+        pv = tl.load(valid_ptr + prev + ci, mask=cm, other=0) != 0
+        lpv = tl.load(lp_b + d * K + ck, mask=cm, other=float("-inf"))
+        s = ps + lpv
+        key = tl.where(cm, _desc_key(s, pv & cm, offs_c), _MAXKEY)
+        hi0 = tl.max(tl.where(head, key >> 30, 0), axis=0)
+        top = _select_smallest(key, hi0, N, scr, NP, W, ROUNDS)
+        c = tl.where(nm, top & 1073741823, 0)
+        pi = tl.load(ci_ptr + c)
+        pk = tl.load(ck_ptr + c)
+        sc = tl.load(score_ptr + prev + pi) + tl.load(lp_b + d * K + pk)
+        vc = (tl.load(valid_ptr + prev + pi) != 0) & nm
+        cur = out_b + d * N
+        tl.store(score_ptr + cur + offs_n, sc, mask=nm)
+        tl.store(valid_ptr + cur + offs_n, vc.to(tl.int8), mask=nm)
+        tl.store(parent_ptr + cur + offs_n, pi, mask=nm)
+        tl.store(rank_ptr + cur + offs_n, pk, mask=nm)
+        tl.store(gkey_ptr + cur + offs_n, _desc_key(sc, vc, d * N + offs_n), mask=nm)
+        tl.debug_barrier()
+    offs_g = tl.arange(0, GP)
+    gm = offs_g < L * N
+    g = tl.load(gkey_ptr + out_b + offs_g, mask=gm, other=_MAXKEY)
+    ghi = tl.max(tl.where(gm, g >> 30, 0), axis=0)
+    T = _select_smallest(g, ghi, N, scr, NP, GW, GROUNDS)
+    tl.store(gtop_ptr + b * N + offs_n, T, mask=nm)
+
+
+def _search_shape(lanes: int):
+    """(W, ROUNDS) for ``_select_smallest`` over ``lanes`` keys: W-ary search, W * lanes capped
+    at 32K compare lanes (registers), enough rounds for the 34-bit primary range."""
+    w = 16
+    while w > 2 and w * lanes > 32768:
+        w //= 2
+    bits = w.bit_length() - 1
+    return w, -(-34 // bits)
+
+
+def beam_select_triton(lp: torch.Tensor, budget: int, ci: torch.Tensor, ck: torch.Tensor):
+    """``beam_triton`` with selection instead of full sorts; same arguments, identical outputs
+    (score, valid, parent, rank [bs, L, N]; gtop [bs, N], the N smallest global keys ascending)."""
+    bs, L, K = lp.shape
+    N = int(budget)
+    C = ci.numel()
+    dev = lp.device
+    NP = max(16, triton.next_power_of_2(N))
+    CP = max(NP, triton.next_power_of_2(C))
+    GP = max(16, triton.next_power_of_2(L * N))
+    score = torch.empty((bs, L, N), dtype=torch.float32, device=dev)
+    valid = torch.empty((bs, L, N), dtype=torch.bool, device=dev)
+    parent = torch.empty((bs, L, N), dtype=torch.int64, device=dev)
+    rank = torch.empty((bs, L, N), dtype=torch.int64, device=dev)
+    gtop = torch.empty((bs, N), dtype=torch.int64, device=dev)
+    gkey = torch.empty((bs, L * N), dtype=torch.int64, device=dev)
+    scr = torch.empty((bs, NP), dtype=torch.int64, device=dev)
+    if bs:
+        W, R = _search_shape(CP)
+        GW, GR = _search_shape(GP)
+        nw = 4 if max(CP, GP) <= 1024 else (8 if max(CP, GP) <= 4096 else 16)
+        _beam_select_kernel[(bs,)](
+            lp.contiguous(), ci, ck, score, valid.view(torch.int8), parent, rank, gtop, gkey, scr,
+            K, N, C, L=L, NP=NP, CP=CP, GP=GP, W=W, ROUNDS=R, GW=GW, GROUNDS=GR, num_warps=nw,
+        )
+    return score, valid, parent, rank, gtop
+
+
+@triton.jit
+def _label_count_kernel(
+    gtop_ptr,  # [bs, N] int64
+    nb_ptr,  # [bs] int64 per-request budget (clamped to [0, N])
+    root_ptr,  # [bs] int64
+    ids_ptr,  # [bs, L, K] int64
+    score_ptr,  # [bs, L, N] f32
+    parent_ptr,  # [bs, L, N] int64 (parent order at depth d-1)
+    rank_ptr,  # [bs, L, N] int64
+    label_ptr,  # [bs, L, N] int64 scratch
+    cnt_ptr,  # [bs, NP] int32 scratch
+    tok_ptr,  # [bs, N1] int64 out
+    par_ptr,  # [bs, N1] int64 out
+    dep_ptr,  # [bs, N1] int64 out
+    val_ptr,  # [bs, N1] int8 out
+    sco_ptr,  # [bs, N1] f32 out
+    num_ptr,  # [bs] int64 out
+    K,
+    N,
+    L: tl.constexpr,
+    NP: tl.constexpr,
+    N1P: tl.constexpr,
+):
+    b = tl.program_id(0).to(tl.int64)
+    N1 = N + 1
+    o1 = tl.arange(0, N1P)
+    m1 = o1 < N1
+    root = tl.load(root_ptr + b)
+    tl.store(tok_ptr + b * N1 + o1, tl.where(o1 == 0, root, 0), mask=m1)
+    tl.store(par_ptr + b * N1 + o1, tl.full([N1P], -1, tl.int64), mask=m1)
+    tl.store(dep_ptr + b * N1 + o1, tl.zeros([N1P], tl.int64), mask=m1)
+    tl.store(val_ptr + b * N1 + o1, (o1 == 0).to(tl.int8), mask=m1)
+    tl.store(sco_ptr + b * N1 + o1, tl.where(o1 == 0, 0.0, float("-inf")), mask=m1)
+    offs = tl.arange(0, NP)
+    nm = offs < N
+    g = tl.load(gtop_ptr + b * N + offs, mask=nm, other=_MAXKEY)
+    nb = tl.load(nb_ptr + b)
+    take = nm & (offs < nb) & ((g >> 30) < 4294967296)
+    dd = tl.where(take, (g & 1073741823) // N, -1)
+    cnt = cnt_ptr + b * NP
+    tl.debug_barrier()
+    off = tl.zeros([], tl.int64) + 1
+    for d in range(L):
+        m_d = tl.sum((dd == d).to(tl.int64), axis=0)
+        base = (b * L + d) * N
+        pm = offs < m_d  # the selected nodes of depth d: a prefix of its beam
+        par = tl.maximum(tl.load(parent_ptr + base + offs, mask=pm, other=0), 0)
+        rk = tl.load(rank_ptr + base + offs, mask=pm, other=0)
+        tl.store(cnt + offs, tl.zeros([NP], tl.int32))
+        tl.debug_barrier()
+        tl.atomic_add(cnt + par, tl.full([NP], 1, tl.int32), mask=pm)
+        tl.debug_barrier()
+        c = tl.load(cnt + offs)
+        tl.debug_barrier()
+        tl.store(cnt + offs, tl.cumsum(c, axis=0) - c)
+        tl.debug_barrier()
+        p = tl.load(cnt + par, mask=pm, other=0).to(tl.int64) + rk  # position inside depth d
+        lab = off + p
+        tl.store(label_ptr + base + offs, lab, mask=pm)
+        plab = tl.load(label_ptr + base - N + par, mask=pm & (d > 0), other=0)
+        tok = tl.load(ids_ptr + (b * L + d) * K + rk, mask=pm, other=0)
+        scp = tl.load(score_ptr + base + offs, mask=pm, other=0.0)
+        col = b * N1 + tl.where(pm, lab, 0)
+        tl.store(tok_ptr + col, tok, mask=pm)
+        tl.store(par_ptr + col, plab, mask=pm)
+        tl.store(dep_ptr + col, tl.full([NP], d + 1, tl.int64), mask=pm)
+        tl.store(val_ptr + col, tl.full([NP], 1, tl.int8), mask=pm)
+        tl.store(sco_ptr + col, scp, mask=pm)
+        off += m_d
+        tl.debug_barrier()
+    tl.store(num_ptr + b, off - 1)
+
+
+def label_count_triton(gtop, nb, roots, ids, score, parent, rank, budget: int):
+    """``label_triton`` without per-depth sorts (positions from per-parent counts); same
+    arguments, identical outputs."""
+    bs, L, N = score.shape
+    K = ids.shape[-1]
+    dev = score.device
+    N1 = N + 1
+    NP = max(16, triton.next_power_of_2(N))
+    tokens = torch.empty((bs, N1), dtype=torch.int64, device=dev)
+    parents = torch.empty_like(tokens)
+    depths = torch.empty_like(tokens)
+    valid = torch.empty((bs, N1), dtype=torch.bool, device=dev)
+    scores = torch.empty((bs, N1), dtype=torch.float32, device=dev)
+    num = torch.empty((bs,), dtype=torch.int64, device=dev)
+    label = torch.empty((bs, L, N), dtype=torch.int64, device=dev)
+    cnt = torch.empty((bs, NP), dtype=torch.int32, device=dev)
+    if bs:
+        _label_count_kernel[(bs,)](
+            gtop, nb.to(torch.int64).contiguous(), roots.to(torch.int64).contiguous(),
+            ids.contiguous(), score, parent, rank, label, cnt, tokens, parents, depths,
+            valid.view(torch.int8), scores, num, K, N, L=L, NP=NP,
+            N1P=max(16, triton.next_power_of_2(N1)), num_warps=4 if NP <= 512 else 8,
+        )
+    return tokens, parents, depths, valid, scores, num

@@ -50,6 +50,11 @@ __all__ = [
     "desc_key",
 ]
 
+# Triton-path variants (bench/RESULTS.md): the prep kernels of ``draft_topk`` and the beam of
+# ``build_ddtree_from_topk``.
+DEFAULT_PREP = "row"
+DEFAULT_BEAM = "sort"
+
 # The low bits of a packed sort key hold a tie-break index; N * L and the candidate count must fit.
 _SUB_BITS = 30
 _SUB_MASK = (1 << _SUB_BITS) - 1
@@ -340,6 +345,8 @@ def build_ddtree(
     exact_ties: bool = True,
     use_triton: Optional[bool] = None,
     topk_chunks: Optional[int] = None,
+    prep: Optional[str] = None,
+    beam: Optional[str] = None,
 ) -> DDTree:
     """Build the DDTree of every request in the batch.
 
@@ -356,6 +363,8 @@ def build_ddtree(
         (bench/RESULTS.md). True on CPU tensors needs TRITON_INTERPRET=1.
       topk_chunks: see ``draft_topk``; None = 1 (on the H200 the two-stage top-K was no faster:
         bench/RESULTS.md).
+      prep: Triton prep kernels, see ``draft_topk``; None = ``DEFAULT_PREP``.
+      beam: Triton beam/labelling, see ``build_ddtree_from_topk``; None = ``DEFAULT_BEAM``.
     Returns:
       DDTree (see its docstring). Static shapes; no host synchronisation.
     Raises:
@@ -377,8 +386,9 @@ def build_ddtree(
     if topk_chunks is None:
         topk_chunks = 1
     lp, ids, _ = draft_topk(draft_logits, topk, exact_ties, use_triton=use_triton,
-                            topk_chunks=topk_chunks)
-    return build_ddtree_from_topk(lp, ids, root_tokens, N, request_budget, use_triton=use_triton)
+                            topk_chunks=topk_chunks, prep=DEFAULT_PREP if prep is None else prep)
+    return build_ddtree_from_topk(lp, ids, root_tokens, N, request_budget, use_triton=use_triton,
+                                  beam=beam)
 
 
 def build_ddtree_from_topk(
@@ -388,6 +398,7 @@ def build_ddtree_from_topk(
     budget: int,
     request_budget: Optional[torch.Tensor] = None,
     use_triton: Optional[bool] = None,
+    beam: Optional[str] = None,
 ) -> DDTree:
     """Build the trees from prepared per-depth top-K lists (e.g. merged across TP ranks).
 
@@ -395,7 +406,11 @@ def build_ddtree_from_topk(
       lp: [bs, L, K] float32 log-probs in rank order (non-increasing along K; -inf allowed),
         as ``draft_topk`` returns them; ids: [bs, L, K] int64 global token ids in the same order.
       root_tokens, budget, request_budget, use_triton: as in ``build_ddtree``.
-    Returns:
+      beam: Triton path only — "sort" (per depth a full ``tl.sort`` of the ~N H(N) candidate
+        keys, a merge sort for the global order, a sort per depth for the labels) or "select"
+        (``beam_select_triton`` + ``label_count_triton``: a W-ary threshold search for the N-th
+        key, compaction, a sort of the N survivors only; labels from per-parent counts). Identical
+        results. None = ``DEFAULT_BEAM``.
       DDTree, identical to ``build_ddtree`` on logits whose ``draft_topk`` gives (lp, ids).
     """
     if lp.dim() != 3 or ids.shape != lp.shape:
@@ -418,12 +433,18 @@ def build_ddtree_from_topk(
         nb = torch.full((bs,), N, dtype=torch.int64, device=dev)
     else:
         nb = request_budget.to(device=dev, dtype=torch.int64).clamp(0, N)
+    beam = DEFAULT_BEAM if beam is None else beam
+    if beam not in ("sort", "select"):
+        raise ValueError(f"beam must be 'sort' or 'select', got {beam!r}")
     if use_triton:
-        from .ddtree_kernels import beam_triton, label_triton, tree_arrays_triton
+        from .ddtree_kernels import (beam_select_triton, beam_triton, label_count_triton,
+                                     label_triton, tree_arrays_triton)
 
         ci, ck = candidate_pairs(N, K, dev)
-        score, bvalid, bparent, brank, gtop = beam_triton(lp, N, ci, ck)
-        tokens, parents, depths, valid, scores, num_nodes = label_triton(
+        beam_fn, label_fn = ((beam_select_triton, label_count_triton) if beam == "select"
+                             else (beam_triton, label_triton))
+        score, bvalid, bparent, brank, gtop = beam_fn(lp, N, ci, ck)
+        tokens, parents, depths, valid, scores, num_nodes = label_fn(
             gtop, nb, root_tokens, ids, score, bparent, brank, N)
         ri, rnt, rns, tmask = tree_arrays_triton(parents, valid, L)
         return DDTree(tokens=tokens, parents=parents, depths=depths, valid=valid, scores=scores,
