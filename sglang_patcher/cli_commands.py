@@ -94,15 +94,17 @@ def status_cmd(app: AppContext, host_name: str, patchset: str | None) -> None:
 @click.option("--to", "deployment", default=None, metavar="DEPLOYMENT",
               help="Undo this deployment id (default: the latest one on the host).")
 @click.option("--break-lock", is_flag=True, help="Remove a stale deploy lock on the host first.")
+@click.option("--force", is_flag=True, help="Roll back files edited on the host since the "
+              "deployment too (their edited bytes are kept under the host's backups/<id>.drifted/).")
 @pass_app
 def rollback_cmd(app: AppContext, host_name: str | None, deployment: str | None,
-                 break_lock: bool) -> None:
+                 break_lock: bool, force: bool) -> None:
     """Restore the originals of a deployment and verify them by hash."""
     if host_name is None:
         host_name = service.latest_deployment_host()
         app.say(f"rolling back the latest deployment, on host {host_name}")
     app.result(service.rollback(app.host(host_name), deployment=deployment,
-                                break_lock=break_lock, log=app.say))
+                                break_lock=break_lock, force=force, log=app.say))
 
 
 @cli.command("demo")

@@ -245,8 +245,13 @@ class AgentClient:
         return self.call("finish", {"deployment_id": deployment_id, "holder": holder, "checks": checks,
                                     "break_lock": break_lock})
 
-    def rollback(self, deployment_id: str, holder: dict[str, Any], *, break_lock: bool = False) -> dict[str, Any]:
-        return self.call("rollback", {"deployment_id": deployment_id, "holder": holder, "break_lock": break_lock})
+    def rollback(self, deployment_id: str, holder: dict[str, Any], *, break_lock: bool = False,
+                 force: bool = False) -> dict[str, Any]:
+        """Restore ``deployment_id``'s originals. Files edited on the host since the deployment are
+        drift: refused (:class:`DriftError`) unless ``force``, which keeps the edited bytes under
+        ``backups/<id>.drifted/`` on the host before restoring."""
+        return self.call("rollback", {"deployment_id": deployment_id, "holder": holder,
+                                      "break_lock": break_lock, "force": force})
 
     def unlock(self, holder: dict[str, Any] | None, *, break_lock: bool = False) -> dict[str, Any]:
         return self.call("unlock", {"holder": holder, "break_lock": break_lock})
@@ -1000,15 +1005,18 @@ def apply_to_host(transport: Transport, host: Any, info: Any, patchset: Any, *, 
 # ------------------------------------------------------------------------------------ rollback
 
 def rollback_host(transport: Transport, host: Any, info: Any, deployment_id: str | None = None, *,
-                  break_lock: bool = False, home: Path | None = None,
+                  break_lock: bool = False, force: bool = False, home: Path | None = None,
                   progress: Progress | None = None) -> RollbackResult:
     """Roll back ``deployment_id`` (None: the latest active one; an interrupted one first).
 
     With an id, every active deployment after it that touches the same files is rolled back too,
     newest first, so the host ends in the state before ``deployment_id``. The agent restores each
     backup (stage, verify, rename, original owner and mode), removes added files, purges bytecode and
-    verifies every file against its recorded pre-deploy sha256. Raises StateError (unknown id, nothing
-    to roll back, a backup missing or not matching), LockHeldError.
+    verifies every file against its recorded pre-deploy sha256. A file edited on the host since the
+    deployment wrote it is drift: :class:`DriftError` naming the files and nothing is changed, unless
+    ``force`` (the edited bytes are then kept on the host under ``backups/<id>.drifted/``).
+    Raises StateError (unknown id, nothing to roll back, a backup missing or not matching),
+    LockHeldError, DriftError.
     """
     t0 = time.monotonic()
     rt0 = transport.round_trips
@@ -1045,7 +1053,7 @@ def rollback_host(transport: Transport, host: Any, info: Any, deployment_id: str
     for d in todo:
         holder = make_holder(d["id"])
         progress("rollback", f"{d['id']} ({d.get('patchset')} r{d.get('revision')}, {len(d.get('files', {}))} files)")
-        out = agent.rollback(d["id"], holder, break_lock=takeover)
+        out = agent.rollback(d["id"], holder, break_lock=takeover, force=force)
         (already if out.get("already") else rolled).append(d["id"])
         save_local_record(home, name, out["deployment"])
         for p, f in out["deployment"].get("files", {}).items():

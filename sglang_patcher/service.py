@@ -331,11 +331,14 @@ def host_status(host: Host, *, patchset: str | None = None) -> deploy.StatusRepo
 
 
 def rollback(host: Host, *, deployment: str | None = None, break_lock: bool = False,
-             home: Path | None = None, log: Log = _quiet) -> deploy.RollbackResult:
-    """Undo ``deployment`` (default: the latest active one) on ``host``, verified by hash."""
+             force: bool = False, home: Path | None = None,
+             log: Log = _quiet) -> deploy.RollbackResult:
+    """Undo ``deployment`` (default: the latest active one) on ``host``, verified by hash.
+
+    Files edited on the host since the deployment are refused as drift unless ``force``."""
     with _session(host) as (transport, info):
         return deploy.rollback_host(transport, host, info, deployment, break_lock=break_lock,
-                                    home=home, progress=_progress(log))
+                                    force=force, home=home, progress=_progress(log))
 
 
 def latest_deployment_host(home: Path | None = None) -> str:

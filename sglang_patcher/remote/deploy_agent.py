@@ -778,6 +778,26 @@ def op_rollback(a):
         raise Fail("not_latest", "deployment %s was followed by %s on the same files; roll those back first"
                    % (did, ", ".join(later)), later=later)
     h.acquire(holder, bool(a.get("break_lock")))
+    if j is None:
+        # A finished deployment: every file must still be what it wrote. A hand edit since then is
+        # drift: refuse (nothing is lost), or with force keep the edited bytes beside the backups.
+        drifted = {}
+        for rel, e in sorted(rec["files"].items()):
+            live = file_info(h.target(rel))
+            if live["sha256"] != e.get("after"):
+                drifted[rel] = {"live": live["sha256"], "deployed": e.get("after")}
+        if drifted and not a.get("force"):
+            h.release(holder, force=True)
+            raise Fail("drift", "%d file(s) changed on the host since deployment %s wrote them: %s"
+                       % (len(drifted), did, ", ".join(drifted)), files=drifted)
+        for rel, d in drifted.items():
+            t = h.target(rel)
+            if d["live"] is not None:
+                keep = os.path.join(h.backups_dir, did + ".drifted", *rel.split("/"))
+                os.makedirs(os.path.dirname(keep), exist_ok=True)
+                with open(t, "rb") as f:
+                    write_atomic(keep, f.read())
+                rec.setdefault("drift_kept", {})[rel] = keep
     if rec.get("phase") != "rolling_back":
         rec["rolled_back_from"] = rec.get("phase")
     h.set_phase(rec, "rolling_back")

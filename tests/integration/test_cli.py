@@ -236,3 +236,32 @@ def test_interpreter_missing_is_a_discovery_error(capsys, tmp_path, sglpatch_hom
     code, _, err = run_cli(capsys, "--hosts", str(hosts), "snapshot", "here")
     assert code in (5, 6)
     assert "/nonexistent/bin/python" in err
+
+
+def test_rollback_refuses_hand_edits_made_after_the_deploy_then_keeps_them_with_force(
+        capsys, tmp_path, sglpatch_home, local_target):
+    from sglang_patcher.inventory import Host
+
+    hosts = write_hosts(tmp_path / "hosts.yaml",
+                        Host(name="here", transport="local", python=str(local_target)))
+    site = local_target.site_packages
+    record = record_hashes(site)
+    code, _, err = run_json(capsys, "--hosts", str(hosts), "apply", "ddtree", "--host", "here", "--yes")
+    assert code == 0, err
+    target = site / "sglang/srt/speculative/spec_utils.py"
+    edited = target.read_bytes() + b"\n# an important hotfix made on the host\n"
+    target.write_bytes(edited)
+
+    code, _, err = run_cli(capsys, "--hosts", str(hosts), "rollback", "--host", "here")
+    assert code == 7, err
+    assert "spec_utils.py" in err
+    assert target.read_bytes() == edited, "a refused rollback must change nothing"
+    assert live_hash(site, "sglang/srt/speculative/spec_info.py") != record[
+        "sglang/srt/speculative/spec_info.py"], "the other files stay deployed too"
+
+    code, _, err = run_cli(capsys, "--hosts", str(hosts), "rollback", "--host", "here", "--force")
+    assert code == 0, err
+    for rel in ("sglang/srt/speculative/spec_utils.py", "sglang/srt/speculative/spec_info.py"):
+        assert live_hash(site, rel) == record[rel]
+    kept = list((site / ".sglpatch" / "backups").glob("*.drifted/sglang/srt/speculative/spec_utils.py"))
+    assert len(kept) == 1 and kept[0].read_bytes() == edited, "the hand edit must not be lost"
