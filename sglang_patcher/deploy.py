@@ -628,14 +628,18 @@ class StatusReport:
         """pristine | patched | mixed | drifted | pending (an interrupted deployment) | unknown."""
         if self.journal:
             return "pending"
-        states = {f.state for f in self.files}
-        if not states:
+        if not self.files:
             return "pristine" if not any(d.get("phase") in ACTIVE for d in self.deployments) else "unknown"
-        if "drifted" in states:
+        # Files no active deployment holds (e.g. a module a rolled-back revision created) must be
+        # at rest (pristine, or absent as in the release); the held ones decide patched or not.
+        active = {p for d in self.deployments if d.get("phase") in ACTIVE for p in d.get("files", {})}
+        held = [f for f in self.files if f.path in active]
+        rest_ok = all(f.state in ("pristine", "absent") for f in self.files if f.path not in active)
+        if any(f.state == "drifted" for f in self.files):
             return "drifted"
-        if states <= {"pristine", "absent"}:
+        if all(f.state in ("pristine", "absent") for f in self.files):
             return "pristine"
-        if states == {"patched"}:
+        if held and rest_ok and all(f.state == "patched" for f in held):
             return "patched"
         return "mixed"
 

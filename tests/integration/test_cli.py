@@ -265,3 +265,35 @@ def test_rollback_refuses_hand_edits_made_after_the_deploy_then_keeps_them_with_
         assert live_hash(site, rel) == record[rel]
     kept = list((site / ".sglpatch" / "backups").glob("*.drifted/sglang/srt/speculative/spec_utils.py"))
     assert len(kept) == 1 and kept[0].read_bytes() == edited, "the hand edit must not be lost"
+
+
+def test_status_is_patched_after_a_rolled_back_revision_that_created_a_file(
+        capsys, tmp_path, sglpatch_home, local_target):
+    """A module created by a deployment that was rolled back is absent again — its pristine state —
+    and must not turn the host's overall status into 'mixed'."""
+    import shutil
+
+    from sglang_patcher.inventory import Host
+    from sglang_patcher.patchset import refresh_hashes
+    from sglang_patcher.wheelcache import pristine_tree
+
+    extra = tmp_path / "extra"
+    (extra / "modules").mkdir(parents=True)
+    (extra / "modules" / "sglpatch_extra.py").write_text("VALUE = 1\n")
+    (extra / "patchset.yaml").write_text(
+        "name: extra\nrevision: 1\ndescription: one new module\n"
+        "targets:\n  \"0.5.23\":\n    series: []\n"
+        "    new_files: {sglang/srt/speculative/sglpatch_extra.py: modules/sglpatch_extra.py}\n"
+        "    pristine: {}\n    expected: {}\n")
+    refresh_hashes(extra, VERSION, pristine_tree(VERSION).read)
+    hosts = write_hosts(tmp_path / "hosts.yaml",
+                        Host(name="here", transport="local", python=str(local_target)))
+    h = ["--hosts", str(hosts)]
+    assert run_json(capsys, *h, "apply", str(extra), "--host", "here", "--yes")[0] == 0
+    assert run_json(capsys, *h, "rollback", "--host", "here")[0] == 0
+    assert not (local_target.site_packages / "sglang/srt/speculative/sglpatch_extra.py").exists()
+    code, data, err = run_json(capsys, *h, "apply", "ddtree", "--host", "here", "--yes")
+    assert code == 0, err
+    code, data, err = run_json(capsys, *h, "status", "--host", "here")
+    assert code == 0, err
+    assert data["overall"] == "patched", data
