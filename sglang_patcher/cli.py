@@ -8,6 +8,7 @@ every command print one JSON document on stdout instead of tables.
 from __future__ import annotations
 
 import json
+import logging
 import sys
 import traceback
 from dataclasses import dataclass, field
@@ -93,18 +94,48 @@ def cli(ctx: click.Context, hosts_file: str | None, as_json: bool, debug: bool) 
 from . import cli_commands  # noqa: E402,F401  (registers subcommands on `cli`)
 
 
+def _global_flags(argv: list[str]) -> set[str]:
+    """The group-level flags given before the subcommand (``--json``, ``--debug``)."""
+    flags = set()
+    skip = False
+    for a in argv:
+        if skip:
+            skip = False
+            continue
+        if a == "--hosts":
+            skip = True
+        elif a.startswith("-"):
+            flags.add(a)
+        else:
+            break
+    return flags
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Entry point: run the CLI and map errors to exit codes (documented in README.md)."""
-    debug = "--debug" in (argv if argv is not None else sys.argv[1:])
+    """Entry point: run the CLI and map errors to exit codes (documented in README.md).
+
+    With ``--json`` an error also prints one JSON document on stdout:
+    ``{"ok": false, "error": ..., "hint": ..., "exit_code": ..., "type": ...}``.
+    """
+    args = list(argv if argv is not None else sys.argv[1:])
+    flags = _global_flags(args)
+    debug = "--debug" in flags
     err = Console(stderr=True, highlight=False)
+    logging.getLogger("paramiko").addHandler(logging.NullHandler())
+    if debug:
+        logging.basicConfig(level=logging.DEBUG)
     try:
-        cli.main(args=argv, prog_name="sglpatch", standalone_mode=False)
+        rv = cli.main(args=args, prog_name="sglpatch", standalone_mode=False)
+        return rv if isinstance(rv, int) else 0
     except SglpatchError as exc:
         if debug:
             traceback.print_exc()
         err.print(Text.assemble(("error: ", "bold red"), exc.message))
         if exc.hint:
             err.print(f"  hint: {exc.hint}", markup=False)
+        if "--json" in flags:
+            click.echo(json.dumps({"ok": False, "error": exc.message, "hint": exc.hint,
+                                   "exit_code": exc.exit_code, "type": type(exc).__name__}))
         return exc.exit_code
     except click.exceptions.Abort:
         err.print("Aborted.")

@@ -11,8 +11,9 @@ from typing import TYPE_CHECKING
 from rich.rule import Rule
 
 from . import service
-from .errors import StateError
-from .sandbox import ensure_sandbox, sandbox_host
+from .errors import DriftError, StateError
+from .patchset import load_patchset
+from .sandbox import ensure_sandbox, sandbox_dir, sandbox_host
 
 if TYPE_CHECKING:
     from .cli import AppContext
@@ -25,6 +26,7 @@ def run_demo(app: "AppContext", *, version: str, patchset: str, with_deps: bool 
     def step(title: str) -> None:
         app.say(Rule(f"[bold]{title}"))
 
+    load_patchset(patchset).target(version)   # an unsupported release fails before any install
     step(f"0. the target: a local venv with sglang=={version} from PyPI")
     python = ensure_sandbox(version, with_deps=with_deps, log=app.say)
     host = sandbox_host(version)
@@ -42,7 +44,12 @@ def run_demo(app: "AppContext", *, version: str, patchset: str, with_deps: bool 
     results["diff"] = diff
 
     step(f"3. apply {patchset}: backup, stage + verify + rename, smoke checks L0/L1")
-    applied = service.apply_patchset(patchset, host, confirm=lambda plan: True, log=app.say)
+    try:
+        applied = service.apply_patchset(patchset, host, confirm=lambda plan: True, log=app.say)
+    except DriftError as exc:
+        raise DriftError(f"the sandbox was edited by hand: {exc.message}",
+                         hint=f"the sandbox is the demo's own: delete {sandbox_dir(version)} and run "
+                              f"the demo again (it rebuilds it)") from exc
     app.say(applied)
     results["apply"] = applied
     if applied.checks is not None and applied.checks.level_status("L1") == "skipped":

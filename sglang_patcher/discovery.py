@@ -111,6 +111,9 @@ def discover(transport: Transport, host, *, record: bool = True,
             what = "is not executable" if exc.returncode == 126 else "does not exist"
             raise DiscoveryError(f"{host.name}: interpreter {py} {what} on the host",
                                  hint=_interpreter_hint(host)) from exc
+        if exc.returncode == 0:   # it ran, but printed no JSON: not a Python that ran our probe
+            raise DiscoveryError(f"{host.name}: {py} ran but did not answer the probe: it is not a "
+                                 f"CPython >= 3.8 interpreter", hint=_interpreter_hint(host)) from exc
         raise DiscoveryError(f"{host.name}: probing {py} failed (exit {exc.returncode}): "
                              f"{exc.message}", hint="rerun with --debug; is it a CPython >= 3.8?") from exc
     if not out.get("ok", False):

@@ -75,7 +75,8 @@ class RemoteCommandError(TransportError):
 
     def __init__(self, host: str, command: str, exit_code: int, stdout: str, stderr: str,
                  *, hint: str | None = None):
-        tail = (stderr or stdout or "").strip().splitlines()[-15:]
+        tail = [line if len(line) <= 240 else line[:240] + f" … ({len(line)} characters)"
+                for line in (stderr or stdout or "").strip().splitlines()[-15:]]
         msg = f"{host}: command failed with exit code {exit_code}: {command}"
         if tail:
             msg += "\n    " + "\n    ".join(tail)

@@ -74,7 +74,7 @@ class Manifest:
             return cls(source=data["source"], sglang_version=data["sglang_version"],
                        site_packages=data.get("site_packages"), files=files,
                        created=data.get("created"))
-        except (ValueError, KeyError, TypeError) as exc:
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
             raise StateError(f"{origin}: not a valid sglpatch manifest ({exc})",
                              hint="delete it and run the snapshot again") from exc
 

@@ -422,7 +422,9 @@ def default_search_path() -> list[Path]:
         dirs += [Path(p) for p in spec.submodule_search_locations]
     seen, out = set(), []
     for d in dirs:
-        key = d.resolve() if d.exists() else d
+        if not d.is_dir():   # e.g. an editable install's path-hook placeholder
+            continue
+        key = d.resolve()
         if key not in seen:
             seen.add(key)
             out.append(d)

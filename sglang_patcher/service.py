@@ -285,7 +285,7 @@ def diff_patchset(name: str, *, host: Host | None = None, version: str | None = 
         ps.target(version)  # unsupported versions fail before any download
         from .wheelcache import pristine_tree
 
-        log(f"pristine tree: sglang=={version} from PyPI (cached)")
+        log(f"pristine tree: sglang=={version} from the PyPI wheel (downloaded once, then cached)")
         tree = pristine_tree(version, home=home)
         return DiffReport(ps, version, f"wheel sglang=={version}", ps.render(version, tree.read))
     with _session(host) as (transport, info):
@@ -317,7 +317,8 @@ def apply_patchset(name: str, host: Host, *, dry_run: bool = False, force: bool 
         ps.target(version)
         log(f"{host.name}: sglang {version} at {info.package_dir}")
         snap = mirror.snapshot(transport, host, info, home=home)
-        log(f"{host.name}: mirror up to date ({len(snap.fetched)} file(s) fetched)")
+        log(f"{host.name}: mirror refreshed ({len(snap.fetched)} changed file(s) fetched, "
+            f"{snap.unchanged} unchanged)")
         return deploy.apply_to_host(transport, host, info, ps, pristine=snap.mirror,
                                     dry_run=dry_run, force=force, break_lock=break_lock,
                                     confirm=confirm, progress=_progress(log), home=home)
@@ -390,7 +391,7 @@ def refresh_patchset(name: str, version: str, *, home: Path | None = None,
     from .wheelcache import pristine_tree
 
     ps = load_patchset(name)
-    log(f"pristine tree: sglang=={version} from PyPI (cached)")
+    log(f"pristine tree: sglang=={version} from the PyPI wheel (downloaded once, then cached)")
     tree = pristine_tree(version, home=home)
     hashes = refresh_hashes(ps.root if hasattr(ps, "root") else ps.yaml_path.parent, version, tree.read)
     return RefreshReport(ps.name, version, hashes)

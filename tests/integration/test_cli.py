@@ -297,3 +297,49 @@ def test_status_is_patched_after_a_rolled_back_revision_that_created_a_file(
     code, data, err = run_json(capsys, *h, "status", "--host", "here")
     assert code == 0, err
     assert data["overall"] == "patched", data
+
+
+def test_json_errors_are_one_document_on_stdout(capsys, tmp_path, sglpatch_home):
+    code, data, _ = run_json(capsys, "diff", "no-such-patchset", "--sglang", VERSION)
+    assert code == 3
+    assert data["ok"] is False and data["exit_code"] == 3 and "no-such-patchset" in data["error"]
+    assert "__editable__" not in (data["hint"] or "")
+
+
+def test_hosts_check_exits_non_zero_when_a_host_fails(capsys, tmp_path, sglpatch_home, local_target):
+    from sglang_patcher.inventory import Host
+
+    hosts = write_hosts(tmp_path / "hosts.yaml",
+                        Host(name="good", transport="local", python=str(local_target)),
+                        Host(name="bad", transport="local", python="/nonexistent/python"))
+    code, data, _ = run_json(capsys, "--hosts", str(hosts), "hosts", "--check")
+    assert code == 6, data
+    assert data["hosts"]["good"]["ok"] is True and data["hosts"]["bad"]["ok"] is False
+
+
+def test_an_interpreter_that_is_not_python_is_named_without_the_payload(capsys, tmp_path, sglpatch_home):
+    from sglang_patcher.inventory import Host
+
+    hosts = write_hosts(tmp_path / "hosts.yaml", Host(name="e", transport="local", python="/bin/echo"))
+    code, _, err = run_cli(capsys, "--hosts", str(hosts), "snapshot", "e")
+    assert code == 6 and "not a CPython" in err
+    assert len(err) < 1000, err
+
+
+def test_demo_refuses_an_unsupported_release_before_touching_the_sandbox(capsys, sglpatch_home):
+    code, _, err = run_cli(capsys, "demo", "--sglang", "0.5.22")
+    assert code == 3 and "0.5.23" in err
+    assert not (sglpatch_home / "sandbox").exists()
+
+
+def test_a_damaged_mirror_manifest_is_rebuilt(capsys, tmp_path, sglpatch_home, local_target):
+    from sglang_patcher.inventory import Host
+
+    hosts = write_hosts(tmp_path / "hosts.yaml",
+                        Host(name="here", transport="local", python=str(local_target)))
+    assert run_json(capsys, "--hosts", str(hosts), "snapshot", "here")[0] == 0
+    manifest = next((sglpatch_home / "mirrors" / "here").glob("*/manifest.json"))
+    manifest.write_text('{"files": 5}')
+    code, data, err = run_json(capsys, "--hosts", str(hosts), "snapshot", "here")
+    assert code == 0, err
+    assert data["files"] > 1000
