@@ -178,7 +178,7 @@ print(json.dumps(dict(
 
 
 @pytest.mark.slow
-def test_doc_appendix_patch_applies_on_revision_1_and_wires_ddtree(tmp_path):
+def test_revision_2_wires_ddtree_through_sglangs_own_code(tmp_path):
     """docs/ddtree-rev2.md's Appendix A hunks, applied after revision 1 to a copy of the wheel's
     sglang package, make SGLang's own code return DDTree's widths, capture input, worker and
     reservation (a subprocess imports the patched copy)."""
@@ -190,22 +190,27 @@ def test_doc_appendix_patch_applies_on_revision_1_and_wires_ddtree(tmp_path):
     import sglang
 
     repo = Path(__file__).resolve().parents[2]
-    doc = (repo / "docs" / "ddtree-rev2.md").read_text()
-    patch_text = doc.split("## Appendix A.", 1)[1].split("```diff\n", 1)[1].split("```", 1)[0]
-    if shutil.which("patch") is None:
-        pytest.skip("GNU patch not installed")
+    # Revision 2 as shipped (the series with Appendix A as 0006-0008, and the six modules),
+    # rendered by the project's own strict applier onto a copy of this sglang tree.
+    from sglang_patcher.patchset import load_patchset
+
+    pkg_root = Path(sglang.__file__).parent.parent
     site = tmp_path / "site"
     shutil.copytree(Path(sglang.__file__).parent, site / "sglang",
                     ignore=shutil.ignore_patterns("__pycache__"))
-    series = sorted((repo / "patchsets" / "ddtree" / "sglang-0.5.23").glob("*.patch"))
-    for p in series:
-        subprocess.run(["patch", "-p1", "-F0", "-s", "--no-backup-if-mismatch", "-i", str(p)],
-                       cwd=site, check=True)
-    subprocess.run(["patch", "-p1", "-F0", "-s", "--no-backup-if-mismatch"], input=patch_text.encode(),
-                   cwd=site, check=True)
-    for mod in ("ddtree_tree", "ddtree_accept", "ddtree_kernels", "ddtree_info", "ddtree_worker"):
-        shutil.copy(repo / "patchsets" / "ddtree" / "modules" / f"{mod}.py",
-                    site / "sglang" / "srt" / "speculative" / f"{mod}.py")
+
+    def read(rel):
+        f = pkg_root / rel
+        return f.read_bytes() if f.is_file() else None
+
+    result = load_patchset(repo / "patchsets" / "ddtree").render("0.5.23", read)
+    for rel, change in result.files.items():
+        dest = site / rel
+        if change.new is None:
+            dest.unlink(missing_ok=True)
+        else:
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            dest.write_bytes(change.new)
     env = dict(os.environ, PYTHONPATH=str(site))
     out = subprocess.run([sys.executable, "-c", CHECK_SCRIPT], env=env, capture_output=True, text=True,
                          timeout=600)
