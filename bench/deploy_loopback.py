@@ -33,6 +33,7 @@ def main() -> int:
     args = ap.parse_args()
 
     work = Path(tempfile.mkdtemp(prefix="sglpatch-bench-"))
+    work.chmod(0o755)   # the sshd target user reads authorized_keys below it
     os.environ["SGLPATCH_HOME"] = str(work / "home")
     from sglang_patcher import discovery, mirror, deploy, load_patchset  # noqa: E402
     from sglang_patcher.transport import connect  # noqa: E402
