@@ -24,7 +24,9 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from _timing import cpu_median_us, gpu_eager_median_us, gpu_graph_median_us  # noqa: E402
 
-from patchsets.ddtree.modules.ddtree_kernels import beam_select_triton, beam_triton  # noqa: E402
+from patchsets.ddtree.modules.ddtree_kernels import (  # noqa: E402
+    beam_select_triton, beam_triton, label_count_triton, lse_triton, prep_chunked_triton,
+    tie_fix_triton, tree_arrays_triton)
 from patchsets.ddtree.modules.ddtree_reference import build_tree_reference_from_topk  # noqa: E402
 from patchsets.ddtree.modules.ddtree_tree import (  # noqa: E402
     build_custom_mask,
@@ -32,6 +34,8 @@ from patchsets.ddtree.modules.ddtree_tree import (  # noqa: E402
     candidate_pairs,
     custom_mask_size,
     draft_topk,
+    prefer_beam,
+    prefer_prep,
 )
 
 
@@ -55,32 +59,41 @@ def main():
         x = (torch.randn(bs, L, V, device=dev) * 3).to(torch.bfloat16)
         roots = torch.randint(0, V, (bs,), device=dev)
         x_cpu = x.cpu()
+        x2 = x.reshape(bs * L, V)
         for N in [int(v) for v in a.budgets.split(",")]:
-            full = gpu_graph_median_us(lambda: build_ddtree(x, roots, N, N), reps=50)
+            g = lambda fn, reps=50: gpu_graph_median_us(fn, reps=reps)  # noqa: E731
+            var = {}
+            for pr in ("row", "chunked", "radix"):
+                for bm in ("sort", "select"):
+                    var[(pr, bm)] = g(lambda: build_ddtree(x, roots, N, N, use_triton=True,
+                                                           prep=pr, beam=bm))
+            dflt = (prefer_prep(bs * L), prefer_beam(N))
+            full = var[dflt]
             eager = gpu_eager_median_us(lambda: build_ddtree(x, roots, N, N), reps=10)
-            prep = gpu_graph_median_us(lambda: draft_topk(x, N), reps=50)
-            prep16 = gpu_graph_median_us(lambda: draft_topk(x, N, topk_chunks=16), reps=50)
-            prep_chunked = gpu_graph_median_us(lambda: draft_topk(x, N, prep="chunked"), reps=50)
-            topk_only = gpu_graph_median_us(lambda: torch.topk(x, N, dim=-1), reps=50)
-            lp, _, _ = draft_topk(x, N)
+            prep = g(lambda: draft_topk(x, N, prep="row"))
+            prep_chunked = g(lambda: draft_topk(x, N, prep="chunked"))
+            prep_radix = g(lambda: draft_topk(x, N, prep="radix"))
+            topk_only = g(lambda: torch.topk(x, N, dim=-1))
+            vals, ids0 = torch.topk(x2, N, dim=-1)
+            lse_only = g(lambda: lse_triton(x2))
+            tie_only = g(lambda: tie_fix_triton(x2, vals, ids0))
+            chunked_kernels = g(lambda: prep_chunked_triton(x2, vals, ids0, True))
+            lp, lp_ids, _ = draft_topk(x, N)
             ci, ck = candidate_pairs(N, lp.shape[-1], lp.device)
-            beam = gpu_graph_median_us(lambda: beam_triton(lp, N, ci, ck), reps=50)
-            beam_sel = gpu_graph_median_us(lambda: beam_select_triton(lp, N, ci, ck), reps=50)
-            full_sel = gpu_graph_median_us(
-                lambda: build_ddtree(x, roots, N, N, use_triton=True, beam="select"), reps=50)
-            full_sel_ch = gpu_graph_median_us(
-                lambda: build_ddtree(x, roots, N, N, use_triton=True, beam="select", prep="chunked"),
-                reps=50)
-            full_sort_ch = gpu_graph_median_us(
-                lambda: build_ddtree(x, roots, N, N, use_triton=True, beam="sort", prep="chunked"),
-                reps=50)
+            beam = g(lambda: beam_triton(lp, N, ci, ck))
+            beam_sel = g(lambda: beam_select_triton(lp, N, ci, ck))
+            bo = beam_triton(lp, N, ci, ck)
+            nbv = torch.full((bs,), N, dtype=torch.int64, device=dev)
+            lab_cnt = g(lambda: label_count_triton(bo[4], nbv, roots, lp_ids, bo[0], bo[2], bo[3], N))
+            lo = label_count_triton(bo[4], nbv, roots, lp_ids, bo[0], bo[2], bo[3], N)
+            arrays = g(lambda: tree_arrays_triton(lo[1], lo[3], L))
             torch_arrays = float("nan") if a.no_torch_path else gpu_graph_median_us(
                 lambda: build_ddtree(x, roots, N, N, use_triton=False), reps=20)
             tree = build_ddtree(x, roots, N, N)
             pl = torch.full((bs,), 1024, dtype=torch.int64, device=dev)
             buf = torch.empty(custom_mask_size(1024 * bs, bs, N + 1), dtype=torch.bool, device=dev)
-            mask_tri = gpu_graph_median_us(lambda: build_custom_mask(tree, pl, out=buf, use_triton=True))
-            mask_tor = gpu_graph_median_us(lambda: build_custom_mask(tree, pl, out=buf, use_triton=False))
+            mask_tri = g(lambda: build_custom_mask(tree, pl, out=buf, use_triton=True))
+            mask_tor = g(lambda: build_custom_mask(tree, pl, out=buf, use_triton=False))
             nreq = min(bs, a.cpu_max_requests)
 
             def cpu_run():
@@ -89,21 +102,27 @@ def main():
                     build_tree_reference_from_topk(lp[0], ids[0], N)
 
             cpu = cpu_median_us(cpu_run, reps=a.cpu_reps) * bs / nreq
-            rows.append(dict(bs=bs, N=N, gpu_graph_us=full, gpu_eager_us=eager, gpu_prep_us=prep,
-                             cpu_heap_us=cpu, speedup=cpu / full,
-                             gpu_graph_torch_path_us=torch_arrays, custom_mask_triton_us=mask_tri,
-                             torch_topk_us=topk_only, beam_kernel_us=beam, gpu_prep_split16_us=prep16,
-                             gpu_prep_chunked_us=prep_chunked, beam_select_us=beam_sel,
-                             gpu_graph_select_us=full_sel, gpu_graph_select_chunked_us=full_sel_ch,
-                             gpu_graph_sort_chunked_us=full_sort_ch,
-                             speedup_select_chunked=cpu / full_sel_ch,
-                             custom_mask_torch_us=mask_tor))
-            print(f"bs={bs:3d} N={N:5d} gpu_graph={full:9.1f}us eager={eager:9.1f}us "
-                  f"prep={prep:8.1f}us cpu_heap={cpu:11.1f}us x{cpu / full:7.1f} "
-                  f"select={full_sel:.1f} select+chunked={full_sel_ch:.1f} sort+chunked={full_sort_ch:.1f} "
-                  f"beam_select={beam_sel:.1f} x_best{cpu / min(full, full_sel, full_sel_ch, full_sort_ch):.1f} "
-                  f"prep16={prep16:.1f} prep_chunked={prep_chunked:.1f} topk={topk_only:.1f} beam={beam:.1f} all_torch={torch_arrays:8.1f}us mask1024 tri={mask_tri:.1f} torch={mask_tor:.1f}",
-                  flush=True)
+            rows.append(dict(bs=bs, N=N, default=f"{dflt[0]}+{dflt[1]}", gpu_graph_us=full,
+                             gpu_eager_us=eager, cpu_heap_us=cpu, speedup=cpu / full,
+                             row_sort_us=var[("row", "sort")], row_select_us=var[("row", "select")],
+                             chunked_sort_us=var[("chunked", "sort")],
+                             chunked_select_us=var[("chunked", "select")],
+                             radix_sort_us=var[("radix", "sort")], radix_select_us=var[("radix", "select")],
+                             gpu_prep_radix_us=prep_radix,
+                             gpu_prep_us=prep, gpu_prep_chunked_us=prep_chunked, torch_topk_us=topk_only,
+                             lse_row_kernel_us=lse_only, tie_fix_row_kernel_us=tie_only,
+                             chunked_prep_kernels_us=chunked_kernels,
+                             beam_kernel_us=beam, beam_select_us=beam_sel, label_count_us=lab_cnt,
+                             tree_arrays_us=arrays, gpu_graph_torch_path_us=torch_arrays,
+                             custom_mask_triton_us=mask_tri, custom_mask_torch_us=mask_tor))
+            print(f"bs={bs:3d} N={N:5d} default[{dflt[0]}+{dflt[1]}]={full:9.1f}us eager={eager:9.1f}us "
+                  f"row+sort={var[('row', 'sort')]:.1f} row+select={var[('row', 'select')]:.1f} "
+                  f"chunked+sort={var[('chunked', 'sort')]:.1f} chunked+select={var[('chunked', 'select')]:.1f} "
+                  f"radix+sort={var[('radix', 'sort')]:.1f} radix+select={var[('radix', 'select')]:.1f} "
+                  f"cpu_heap={cpu:11.1f}us x{cpu / full:7.1f} | prep row={prep:.1f} chunked={prep_chunked:.1f} radix={prep_radix:.1f} "
+                  f"topk={topk_only:.1f} lse_k={lse_only:.1f} tie_k={tie_only:.1f} chunked_k={chunked_kernels:.1f} | "
+                  f"beam sort={beam:.1f} select={beam_sel:.1f} label={lab_cnt:.1f} arrays={arrays:.1f} "
+                  f"all_torch={torch_arrays:.1f} mask1024 tri={mask_tri:.1f} torch={mask_tor:.1f}", flush=True)
     meta = dict(date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
                 device=torch.cuda.get_device_name(), torch=torch.__version__, L=L, V=V,
                 dtype="bfloat16", topk="K = N", cpu_threads=torch.get_num_threads())
@@ -113,31 +132,34 @@ def main():
             json.dump(dict(meta=meta, rows=rows), f, indent=1)
 
 
+def best(r):
+    return min(r[f"{p}_{b}_us"] for p in ("row", "chunked", "radix") for b in ("sort", "select"))
+
+
 def table(rows, meta):
     out = [f"Tree build — {meta['device']}, {meta['date']}, torch {meta['torch']}, L={meta['L']}, "
            f"V={meta['V']}, bf16 logits, K=N; CPU heap on {meta['cpu_threads']} threads",
-           "", "| bs | N | GPU graph µs | GPU eager µs | prep (lse+top-K+ties) µs | prep, 16-chunk top-K µs "
-           "| prep, chunked kernels µs "
-           "| one torch.topk µs "
-           "| fused beam µs | CPU heap µs | speed-up | all-torch path, graph µs "
-           "| custom_mask (prefix 1024) Triton / torch µs |",
+           "", "| bs | N | default (variant) µs | row+sort µs | row+select µs | chunked+sort µs "
+           "| chunked+select µs | radix+sort µs | radix+select µs | eager µs | CPU heap µs "
+           "| speed-up (default) | speed-up (best) |",
            "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
-        out.append(f"| {r['bs']} | {r['N']} | {r['gpu_graph_us']:.1f} | {r['gpu_eager_us']:.1f} | "
-                   f"{r['gpu_prep_us']:.1f} | {r['gpu_prep_split16_us']:.1f} | {r['gpu_prep_chunked_us']:.1f} | {r['torch_topk_us']:.1f} | {r['beam_kernel_us']:.1f} | "
-                   f"{r['cpu_heap_us']:.0f} | {r['speedup']:.0f}x | "
-                   f"{r['gpu_graph_torch_path_us']:.1f} | {r['custom_mask_triton_us']:.1f} / "
-                   f"{r['custom_mask_torch_us']:.1f} |")
-    out += ["", "| bs | N | default (row prep, sort beam) µs | select beam µs | chunked prep + select beam µs "
-            "| chunked prep + sort beam µs | prep row / chunked µs | beam kernel sort / select µs "
-            "| CPU heap µs | speed-up (chunked + select) |",
-            "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+        out.append(f"| {r['bs']} | {r['N']} | {r['gpu_graph_us']:.1f} ({r['default']}) | "
+                   f"{r['row_sort_us']:.1f} | {r['row_select_us']:.1f} | {r['chunked_sort_us']:.1f} | "
+                   f"{r['chunked_select_us']:.1f} | {r['radix_sort_us']:.1f} | {r['radix_select_us']:.1f} | "
+                   f"{r['gpu_eager_us']:.1f} | {r['cpu_heap_us']:.0f} | {r['speedup']:.0f}x | "
+                   f"{r['cpu_heap_us'] / best(r):.0f}x |")
+    out += ["", "| bs | N | prep row / chunked / radix µs | torch.topk µs | lse kernel / tie-fix kernel / "
+            "chunked kernels µs | beam sort / select µs | labels µs | tree arrays µs "
+            "| custom_mask Triton / torch µs |",
+            "|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
-        out.append(f"| {r['bs']} | {r['N']} | {r['gpu_graph_us']:.1f} | {r['gpu_graph_select_us']:.1f} | "
-                   f"{r['gpu_graph_select_chunked_us']:.1f} | {r['gpu_graph_sort_chunked_us']:.1f} | "
-                   f"{r['gpu_prep_us']:.1f} / {r['gpu_prep_chunked_us']:.1f} | "
-                   f"{r['beam_kernel_us']:.1f} / {r['beam_select_us']:.1f} | {r['cpu_heap_us']:.0f} | "
-                   f"{r['speedup_select_chunked']:.0f}x |")
+        out.append(f"| {r['bs']} | {r['N']} | {r['gpu_prep_us']:.1f} / {r['gpu_prep_chunked_us']:.1f} / "
+                   f"{r['gpu_prep_radix_us']:.1f} | "
+                   f"{r['torch_topk_us']:.1f} | {r['lse_row_kernel_us']:.1f} / {r['tie_fix_row_kernel_us']:.1f} / "
+                   f"{r['chunked_prep_kernels_us']:.1f} | {r['beam_kernel_us']:.1f} / {r['beam_select_us']:.1f} | "
+                   f"{r['label_count_us']:.1f} | {r['tree_arrays_us']:.1f} | {r['custom_mask_triton_us']:.1f} / "
+                   f"{r['custom_mask_torch_us']:.1f} |")
     return "\n".join(out)
 
 

@@ -53,7 +53,8 @@ def test_cuda_tree_equals_cpu_reference(dtype, V, N, K, kind):
             assert torch.equal(getattr(tree, f)[b].cpu(), want[f]), (b, f)
     # the selection beam (beam="select") and the chunk-parallel prep (prep="chunked") give the
     # reference tree too (each fed the log-sum-exp its own prep computed)
-    for prep, beam in (("row", "select"), ("chunked", "select"), ("chunked", "sort")):
+    for prep, beam in (("row", "select"), ("chunked", "select"), ("chunked", "sort"),
+                       ("radix", "select"), ("radix", "sort")):
         t2 = build_ddtree(x.to(DEV), torch.tensor([1, 2, 3], device=DEV), N, K,
                           request_budget=rb.to(DEV), use_triton=True, prep=prep, beam=beam)
         _, ids_v, lse_v = draft_topk(x.to(DEV), K, use_triton=True, prep=prep)
@@ -64,8 +65,10 @@ def test_cuda_tree_equals_cpu_reference(dtype, V, N, K, kind):
             for f in FIELDS:
                 assert torch.equal(getattr(t2, f)[b].cpu(), want[f]), (prep, beam, b, f)
         if prep == "row":
+            t0 = build_ddtree(x.to(DEV), torch.tensor([1, 2, 3], device=DEV), N, K,
+                              request_budget=rb.to(DEV), use_triton=True, prep="row", beam="sort")
             for f in FIELDS + ("retrieve_next_token", "retrieve_next_sibling", "tree_mask", "num_nodes"):
-                assert torch.equal(getattr(t2, f), getattr(tree, f)), (beam, f)
+                assert torch.equal(getattr(t2, f), getattr(t0, f)), (beam, f)
     # and the whole CPU build (its own lse) gives the same tree; the only legitimate difference
     # would be a cross-depth near-tie within the CPU/GPU log-sum-exp rounding (reported, bounded)
     cpu = build_ddtree(x, torch.tensor([1, 2, 3]), N, K, request_budget=rb, use_triton=False)
@@ -96,13 +99,17 @@ def test_triton_paths_equal_torch(N):
     x = logits(N, bs, L, V, torch.bfloat16).to(DEV)
     rb = torch.randint(0, N + 1, (bs,), device=DEV)
     # prep: same ids (tie rule), lse equal up to float32 rounding
-    lp, ids, lse = draft_topk(x, N, use_triton=True)
+    lp, ids, lse = draft_topk(x, N, use_triton=True, prep="row")
     lp2, ids2, lse2 = draft_topk(x, N, use_triton=False)
     assert torch.equal(ids, ids2)
     torch.testing.assert_close(lse, lse2, rtol=0, atol=2e-5)
     lp3, ids3, lse3 = draft_topk(x, N, use_triton=True, prep="chunked")
     assert torch.equal(ids3, ids2)
     torch.testing.assert_close(lse3, lse2, rtol=0, atol=2e-5)
+    lp4, ids4, lse4 = draft_topk(x, N, use_triton=True, prep="radix")
+    assert torch.equal(ids4, ids2)
+    torch.testing.assert_close(lse4, lse2, rtol=0, atol=2e-5)
+    assert torch.equal(lse4, lse3) and torch.equal(lp4, lp3)
     # fused beam == torch beam on the same log-probs (bit for bit)
     ci, ck = candidate_pairs(N, lp.shape[-1], lp.device)
     for a, b in zip(_beam_search(lp, N), KR.beam_triton(lp, N, ci, ck)[:4]):
@@ -195,19 +202,22 @@ def test_cuda_graph_capture_replay_equals_eager(bs, N, V, use_triton):
         assert torch.equal(got_mask, mask_buf) and torch.equal(got_pos, pos_buf)
 
 
+@pytest.mark.parametrize("prep", ["chunked", "radix"])
 @pytest.mark.parametrize("bs,N", [(1, 512), (64, 256), (3, 1024)])
-def test_select_chunked_graph_replay_equals_eager(bs, N):
-    """build_ddtree(prep="chunked", beam="select") under CUDA-graph capture: replays equal eager
-    and the sort/row path on fresh inputs (bf16, V = 151,936)."""
+def test_select_chunked_graph_replay_equals_eager(bs, N, prep):
+    """build_ddtree(prep=chunked|radix, beam="select") under CUDA-graph capture: replays equal
+    eager and the chunked/sort path on fresh inputs (bf16, V = 151,936)."""
     L, V = 15, 151_936
     x = torch.empty(bs, L, V, dtype=torch.bfloat16, device=DEV)
     roots = torch.zeros(bs, dtype=torch.int64, device=DEV)
     rb = torch.empty(bs, dtype=torch.int64, device=DEV)
 
     def run():
-        t = build_ddtree(x, roots, N, N, request_budget=rb, use_triton=True, prep="chunked",
-                         beam="select")
-        return [getattr(t, f) for f in FIELDS + ("retrieve_next_token", "tree_mask", "num_nodes")]
+        out = []
+        for beam in ("select", "sort"):
+            t = build_ddtree(x, roots, N, N, request_budget=rb, use_triton=True, prep=prep, beam=beam)
+            out += [getattr(t, f) for f in FIELDS + ("retrieve_next_token", "tree_mask", "num_nodes")]
+        return out
 
     def fill(seed):
         g = torch.Generator(device=DEV).manual_seed(seed)
@@ -233,5 +243,5 @@ def test_select_chunked_graph_replay_equals_eager(bs, N):
             assert torch.equal(a, b)
         old = build_ddtree(x, roots, N, N, request_budget=rb, use_triton=True, prep="chunked",
                            beam="sort")
-        for a, f in zip(got, FIELDS + ("retrieve_next_token", "tree_mask", "num_nodes")):
+        for a, f in zip(got, 2 * (FIELDS + ("retrieve_next_token", "tree_mask", "num_nodes"))):
             assert torch.equal(a, getattr(old, f)), f

@@ -73,6 +73,9 @@ def test_triton_tree_path_equals_reference(seed, L, V, N, K, kind):
     assert torch.equal(ids_t, ids_c)
     _, ids_k, lse_k = draft_topk(x, K, use_triton=True, prep="chunked")
     assert torch.equal(ids_k, ids_c)
+    lp_r, ids_r, lse_r = draft_topk(x, K, use_triton=True, prep="radix")  # bf16: radix select
+    assert torch.equal(ids_r, ids_c)
+    assert torch.equal(lse_r, lse_k)
     torch.testing.assert_close(lse_k, lse_c, rtol=0, atol=1e-5)
     torch.testing.assert_close(lse_t, lse_c, rtol=0, atol=1e-5)
     # fused beam == torch beam on the same log-probs

@@ -87,25 +87,30 @@ def _tree_mask_kernel(
     BLOCK_R: tl.constexpr,
     BLOCK_C: tl.constexpr,
 ):
+    """Rows [rb * BLOCK_R, ...) of request b: zero them, then set self and each ancestor (a
+    scatter of <= MAX_DEPTH + 1 ones per row) — O(N1 * (N1 + depth)) per request, not
+    O(N1 * N1 * depth)."""
     b = tl.program_id(0)
     rb = tl.program_id(1)
     base = b.to(tl.int64) * N1
     rows = rb * BLOCK_R + tl.arange(0, BLOCK_R)
     rin = rows < N1
     rval = tl.load(valid_ptr + base + rows, mask=rin, other=0) != 0
+    row_ptr = mask_ptr + (base + rows.to(tl.int64)) * N1
     for cstart in range(0, N1, BLOCK_C):
         cols = cstart + tl.arange(0, BLOCK_C)
-        cin = cols < N1
-        tile = (cols[None, :] == rows[:, None]) & rin[:, None]  # self (padding rows too)
-        cur = rows.to(tl.int64)
-        alive = rval & rin
-        for _ in range(MAX_DEPTH):
-            nxt = tl.load(parents_ptr + base + cur, mask=alive, other=-1)
-            alive = alive & (nxt >= 0)
-            cur = tl.where(alive, nxt, cur)
-            tile = tile | ((cols[None, :] == cur[:, None]) & alive[:, None])
-        ptrs = mask_ptr + (base + rows[:, None]) * N1 + cols[None, :]
-        tl.store(ptrs, tile.to(tl.int8), mask=rin[:, None] & cin[None, :])
+        tl.store(row_ptr[:, None] + cols[None, :], tl.zeros([BLOCK_R, BLOCK_C], tl.int8),
+                 mask=rin[:, None] & (cols < N1)[None, :])
+    tl.debug_barrier()
+    one = tl.full([BLOCK_R], 1, tl.int8)
+    tl.store(row_ptr + rows, one, mask=rin)  # self (padding rows too)
+    cur = rows.to(tl.int64)
+    alive = rval & rin
+    for _ in range(MAX_DEPTH):
+        nxt = tl.load(parents_ptr + base + cur, mask=alive, other=-1)
+        alive = alive & (nxt >= 0)
+        cur = tl.where(alive, nxt, cur)
+        tl.store(row_ptr + cur, one, mask=alive)
 
 
 def tree_arrays_triton(parents: torch.Tensor, valid: torch.Tensor, max_depth: int):
@@ -121,8 +126,8 @@ def tree_arrays_triton(parents: torch.Tensor, valid: torch.Tensor, max_depth: in
     if bs == 0:
         return ri, rnt, rns, mask
     _tree_links_kernel[(bs,)](parents, v8, ri, rnt, rns, N1, BLOCK=256, num_warps=4)
-    BLOCK_R = 16
-    BLOCK_C = 128
+    BLOCK_R = 32
+    BLOCK_C = 256
     _tree_mask_kernel[(bs, triton.cdiv(N1, BLOCK_R))](
         parents, v8, mask.view(torch.int8), N1, MAX_DEPTH=max_depth,
         BLOCK_R=BLOCK_R, BLOCK_C=BLOCK_C, num_warps=4,
@@ -598,8 +603,8 @@ def prep_chunked_triton(x: torch.Tensor, vals: torch.Tensor, ids: torch.Tensor, 
 
 
 # ----------------------------------------------------------------------------------------------
-# Selection instead of sorting (opt-in: build_ddtree(..., beam="select")). Per depth the beam is
-# the N smallest of ~N H(N) packed keys; instead of a full tl.sort of all of them, a W-ary search
+# Selection instead of sorting (build_ddtree(..., beam="select")). Per depth the beam is
+# the N smallest of ~N H(N) packed keys; instead of a full tl.sort of all of them, a 5-ary search
 # on the keys' 33-bit primary (score bits + invalid flag) finds the primary P of the N-th smallest
 # key, ties at P go to the smallest sub (= lane index, a cumsum), the N survivors are compacted
 # and only they are sorted. The global order (running merge sort per depth before) is one such
@@ -610,22 +615,28 @@ def prep_chunked_triton(x: torch.Tensor, vals: torch.Tensor, ids: torch.Tensor, 
 
 
 @triton.jit
-def _select_smallest(key, hi0, N, scr_ptr, NP: tl.constexpr, W: tl.constexpr, ROUNDS: tl.constexpr):
+def _select_smallest(key, hi0, N, scr_ptr, NP: tl.constexpr, ROUNDS: tl.constexpr):
     """The N smallest of ``key`` ([X] int64, distinct, low 30 bits = sub ascending with the lane
-    index; unused lanes _MAXKEY), sorted ascending in an [NP] tensor (lanes >= N: _MAXKEY).
+    index; unused lanes _MAXKEY; X < 2**16), sorted ascending in an [NP] tensor (lanes >= N:
+    _MAXKEY).
 
     hi0: a primary (key >> 30) that at least N keys do not exceed. scr_ptr: NP int64 scratch.
-    Exact: the search invariant is count(prim <= lo - 1) < N <= count(prim <= hi).
+    Five-way search for the primary P of the N-th smallest key: per round the counts below four
+    thresholds are packed 16 bits apart into one int64 and summed in ONE reduction. Exact: the
+    invariant is count(prim <= lo - 1) < N <= count(prim <= hi); 15 rounds cover 2**34.
     """
     prim = key >> 30
     lo = tl.min(prim, axis=0)
     hi = hi0
-    jj = tl.arange(0, W).to(tl.int64)
     for _ in range(ROUNDS):
-        step = (hi - lo) // W + 1
-        th = lo + (jj + 1) * step - 1
-        cnt = tl.sum((prim[:, None] <= th[None, :]).to(tl.int32), axis=0)
-        j = tl.min(tl.where(cnt >= N, jj, W), axis=0)
+        step = (hi - lo) // 5 + 1
+        packed = ((prim <= lo + step - 1).to(tl.int64)
+                  + ((prim <= lo + 2 * step - 1).to(tl.int64) << 16)
+                  + ((prim <= lo + 3 * step - 1).to(tl.int64) << 32)
+                  + ((prim <= lo + 4 * step - 1).to(tl.int64) << 48))
+        cnt = tl.sum(packed, axis=0)
+        j = (((cnt & 65535) < N).to(tl.int64) + (((cnt >> 16) & 65535) < N).to(tl.int64)
+             + (((cnt >> 32) & 65535) < N).to(tl.int64) + (((cnt >> 48) & 65535) < N).to(tl.int64))
         nlo = lo + j * step
         hi = tl.minimum(nlo + step - 1, hi)
         lo = nlo
@@ -662,10 +673,7 @@ def _beam_select_kernel(
     NP: tl.constexpr,
     CP: tl.constexpr,
     GP: tl.constexpr,
-    W: tl.constexpr,
     ROUNDS: tl.constexpr,
-    GW: tl.constexpr,
-    GROUNDS: tl.constexpr,
 ):
     b = tl.program_id(0).to(tl.int64)
     offs_n = tl.arange(0, NP)
@@ -695,7 +703,7 @@ def _beam_select_kernel(
         s = ps + lpv
         key = tl.where(cm, _desc_key(s, pv & cm, offs_c), _MAXKEY)
         hi0 = tl.max(tl.where(head, key >> 30, 0), axis=0)
-        top = _select_smallest(key, hi0, N, scr, NP, W, ROUNDS)
+        top = _select_smallest(key, hi0, N, scr, NP, ROUNDS)
         c = tl.where(nm, top & 1073741823, 0)
         pi = tl.load(ci_ptr + c)
         pk = tl.load(ck_ptr + c)
@@ -712,18 +720,8 @@ def _beam_select_kernel(
     gm = offs_g < L * N
     g = tl.load(gkey_ptr + out_b + offs_g, mask=gm, other=_MAXKEY)
     ghi = tl.max(tl.where(gm, g >> 30, 0), axis=0)
-    T = _select_smallest(g, ghi, N, scr, NP, GW, GROUNDS)
+    T = _select_smallest(g, ghi, N, scr, NP, ROUNDS)
     tl.store(gtop_ptr + b * N + offs_n, T, mask=nm)
-
-
-def _search_shape(lanes: int):
-    """(W, ROUNDS) for ``_select_smallest`` over ``lanes`` keys: W-ary search, W * lanes capped
-    at 32K compare lanes (registers), enough rounds for the 34-bit primary range."""
-    w = 16
-    while w > 2 and w * lanes > 32768:
-        w //= 2
-    bits = w.bit_length() - 1
-    return w, -(-34 // bits)
 
 
 def beam_select_triton(lp: torch.Tensor, budget: int, ci: torch.Tensor, ck: torch.Tensor):
@@ -743,13 +741,13 @@ def beam_select_triton(lp: torch.Tensor, budget: int, ci: torch.Tensor, ck: torc
     gtop = torch.empty((bs, N), dtype=torch.int64, device=dev)
     gkey = torch.empty((bs, L * N), dtype=torch.int64, device=dev)
     scr = torch.empty((bs, NP), dtype=torch.int64, device=dev)
+    if bs and max(CP, GP) > 32768:  # packed 16-bit counts: fall back to the sorting kernel
+        return beam_triton(lp, budget, ci, ck)
     if bs:
-        W, R = _search_shape(CP)
-        GW, GR = _search_shape(GP)
         nw = 4 if max(CP, GP) <= 1024 else (8 if max(CP, GP) <= 4096 else 16)
         _beam_select_kernel[(bs,)](
             lp.contiguous(), ci, ck, score, valid.view(torch.int8), parent, rank, gtop, gkey, scr,
-            K, N, C, L=L, NP=NP, CP=CP, GP=GP, W=W, ROUNDS=R, GW=GW, GROUNDS=GR, num_warps=nw,
+            K, N, C, L=L, NP=NP, CP=CP, GP=GP, ROUNDS=15, num_warps=nw,
         )
     return score, valid, parent, rank, gtop
 
@@ -851,3 +849,185 @@ def label_count_triton(gtop, nb, roots, ids, score, parent, rank, budget: int):
             N1P=max(16, triton.next_power_of_2(N1)), num_warps=4 if NP <= 512 else 8,
         )
     return tokens, parents, depths, valid, scores, num
+
+
+# ----------------------------------------------------------------------------------------------
+# Radix top-K prep for 16-bit logits (draft_topk(..., prep="radix")): no torch.topk, no tie pass.
+# A bf16/fp16 logit has a 16-bit order-preserving image; two histogram passes over (row, chunk)
+# programs find the exact K-th value t (high byte, then low byte), a third pass writes every
+# element > t and the first K - #(> t) elements == t in id order (per-chunk offsets) into K
+# slots, and one program per row sorts those K packed (value desc, id asc) keys: exactly the tie
+# rule of ddtree_reference. The first pass also yields the log-sum-exp partials.
+# ----------------------------------------------------------------------------------------------
+
+
+@triton.jit
+def _ord16(x):
+    """Order-preserving unsigned image of a 16-bit float (int32 in [0, 65535]); -0.0 == +0.0."""
+    u = x.to(tl.int16, bitcast=True).to(tl.int32) & 65535
+    u = tl.where(u == 32768, 0, u)
+    return tl.where(u >= 32768, 65535 - u, u + 32768)
+
+
+@triton.jit
+def _rk_pass_a(x_ptr, pm_ptr, ps_ptr, h_ptr, NCH, V: tl.constexpr, CH: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    ch = tl.program_id(1)
+    offs = ch * CH + tl.arange(0, CH)
+    m = offs < V
+    x = tl.load(x_ptr + row * V + offs, mask=m, other=float("-inf"))
+    xf = x.to(tl.float32)
+    cm = tl.max(xf, axis=0)
+    e = tl.where(xf > float("-inf"), tl.exp(xf - cm), 0.0)
+    cs = tl.where(cm > float("-inf"), tl.sum(e, axis=0), 0.0)
+    tl.store(pm_ptr + row * NCH + ch, cm)
+    tl.store(ps_ptr + row * NCH + ch, cs)
+    hb = tl.where(m, _ord16(x) >> 8, 511)
+    h = tl.histogram(hb, 512)
+    bo = tl.arange(0, 512)
+    tl.store(h_ptr + (row * NCH + ch) * 256 + bo, h, mask=bo < 256)
+
+
+@triton.jit
+def _rk_combine_a(pm_ptr, ps_ptr, h_ptr, lse_ptr, b1_ptr, ab_ptr, K, NCH, NCHP: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    o = tl.arange(0, NCHP)
+    om = o < NCH
+    pm = tl.load(pm_ptr + row * NCH + o, mask=om, other=float("-inf"))
+    ps = tl.load(ps_ptr + row * NCH + o, mask=om, other=0.0)
+    M = tl.max(pm, axis=0)
+    tot = tl.sum(tl.where(pm > float("-inf"), ps * tl.exp(pm - M), 0.0), axis=0)
+    tl.store(lse_ptr + row, M + tl.log(tot))
+    bins = tl.arange(0, 256)
+    hist = tl.load(h_ptr + (row * NCH + o[:, None]) * 256 + bins[None, :], mask=om[:, None], other=0)
+    t = tl.sum(hist, axis=0)  # [256]
+    ge = tl.sum(t, axis=0) - (tl.cumsum(t, axis=0) - t)  # elements in bins >= b
+    b1 = tl.max(tl.where(ge >= K, bins, -1), axis=0)
+    tl.store(b1_ptr + row, b1)
+    tl.store(ab_ptr + row, tl.sum(tl.where(bins > b1, t, 0), axis=0))
+
+
+@triton.jit
+def _rk_pass_b(x_ptr, b1_ptr, h_ptr, cg_ptr, NCH, V: tl.constexpr, CH: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    ch = tl.program_id(1)
+    offs = ch * CH + tl.arange(0, CH)
+    m = offs < V
+    x = tl.load(x_ptr + row * V + offs, mask=m, other=float("-inf"))
+    o = _ord16(x)
+    b1 = tl.load(b1_ptr + row)
+    hi = o >> 8
+    lb = tl.where(m & (hi == b1), o & 255, 511)
+    h = tl.histogram(lb, 512)
+    bo = tl.arange(0, 512)
+    tl.store(h_ptr + (row * NCH + ch) * 256 + bo, h, mask=bo < 256)
+    tl.store(cg_ptr + row * NCH + ch, tl.sum((m & (hi > b1)).to(tl.int32), axis=0))
+
+
+@triton.jit
+def _rk_combine_b(b1_ptr, ab_ptr, h_ptr, cg_ptr, t_ptr, ngt_ptr, og_ptr, oe_ptr, ce_ptr, K, NCH,
+                  NCHP: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    o = tl.arange(0, NCHP)
+    om = o < NCH
+    bins = tl.arange(0, 256)
+    hist = tl.load(h_ptr + (row * NCH + o[:, None]) * 256 + bins[None, :], mask=om[:, None], other=0)
+    t2 = tl.sum(hist, axis=0)
+    b1 = tl.load(b1_ptr + row)
+    above = tl.load(ab_ptr + row)
+    k2 = K - above
+    ge = tl.sum(t2, axis=0) - (tl.cumsum(t2, axis=0) - t2)
+    b2 = tl.max(tl.where(ge >= k2, bins, -1), axis=0)
+    tl.store(t_ptr + row, b1 * 256 + b2)
+    tl.store(ngt_ptr + row, above + tl.sum(tl.where(bins > b2, t2, 0), axis=0))
+    cgt = tl.load(cg_ptr + row * NCH + o, mask=om, other=0) + tl.sum(
+        tl.where(bins[None, :] > b2, hist, 0), axis=1)
+    ceq = tl.sum(tl.where(bins[None, :] == b2, hist, 0), axis=1)
+    tl.store(og_ptr + row * NCH + o, tl.cumsum(cgt, axis=0) - cgt, mask=om)
+    tl.store(oe_ptr + row * NCH + o, tl.cumsum(ceq, axis=0) - ceq, mask=om)
+    tl.store(cg_ptr + row * NCH + o, cgt, mask=om)
+    tl.store(ce_ptr + row * NCH + o, ceq, mask=om)
+
+
+@triton.jit
+def _rk_pass_c(x_ptr, t_ptr, ngt_ptr, og_ptr, oe_ptr, cg_ptr, ce_ptr, key_ptr, K, NCH,
+               V: tl.constexpr, CH: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    ch = tl.program_id(1)
+    t = tl.load(t_ptr + row)
+    ngt = tl.load(ngt_ptr + row)
+    need = K - ngt
+    og = tl.load(og_ptr + row * NCH + ch)
+    oe = tl.load(oe_ptr + row * NCH + ch)
+    cg = tl.load(cg_ptr + row * NCH + ch)
+    ce = tl.load(ce_ptr + row * NCH + ch)
+    work = (cg > 0) | ((ce > 0) & (oe < need))  # chunks holding nothing selected load nothing
+    offs = ch * CH + tl.arange(0, CH)
+    m = (offs < V) & (tl.full([CH], 1, tl.int1) & work)
+    x = tl.load(x_ptr + row * V + offs, mask=m, other=float("-inf"))
+    o = _ord16(x)
+    gt = m & (o > t)
+    eq = m & (o == t)
+    pg = og + tl.cumsum(gt.to(tl.int32), axis=0) - 1
+    pe = oe + tl.cumsum(eq.to(tl.int32), axis=0) - 1
+    se = eq & (pe < need)
+    key = ((65535 - o).to(tl.int64) << 32) | offs.to(tl.int64)
+    slot = tl.where(gt, pg, ngt + pe)
+    tl.store(key_ptr + row * K + tl.where(gt | se, slot, 0), key, mask=gt | se)
+
+
+@triton.jit
+def _rk_final(x_ptr, key_ptr, lse_ptr, lp_ptr, ids_ptr, K, V: tl.constexpr, KP: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    kk = tl.arange(0, KP)
+    km = kk < K
+    key = tl.load(key_ptr + row * K + kk, mask=km, other=_MAXKEY)
+    sk = tl.sort(key)
+    ids = tl.where(km, sk & 4294967295, 0)
+    xv = tl.load(x_ptr + row * V + ids, mask=km, other=0.0).to(tl.float32)
+    lse = tl.load(lse_ptr + row)
+    tl.store(lp_ptr + row * K + kk, tl.minimum(xv - lse, 0.0), mask=km)
+    tl.store(ids_ptr + row * K + kk, ids, mask=km)
+
+
+def topk_radix_triton(x: torch.Tensor, k: int, chunk: int = 4096):
+    """Exact per-row top-k under the tie rule (value desc, id asc) for 16-bit float logits.
+
+    x: [R, V] bf16/fp16 (contiguous); k <= V. Returns lp [R, k] float32 (min(x - lse, 0)),
+    ids [R, k] int64, lse [R] float32 — what ``draft_topk`` returns, with no ``torch.topk`` and no
+    separate tie pass (6 launches: 3 over (row, chunk) programs, 3 per row). Raises ValueError
+    for other dtypes.
+    """
+    if x.dtype not in (torch.bfloat16, torch.float16):
+        raise ValueError(f"topk_radix_triton needs bf16/fp16 logits, got {x.dtype}")
+    R, V = x.shape
+    dev = x.device
+    x = x.contiguous()
+    NCH = triton.cdiv(V, chunk)
+    NCHP = max(16, triton.next_power_of_2(NCH))
+    i32 = dict(dtype=torch.int32, device=dev)
+    pm = torch.empty((R, NCH), dtype=torch.float32, device=dev)
+    ps = torch.empty_like(pm)
+    hist = torch.empty((R, NCH, 256), **i32)
+    lse = torch.empty((R,), dtype=torch.float32, device=dev)
+    b1 = torch.empty((R,), **i32)
+    ab = torch.empty((R,), **i32)
+    cg = torch.empty((R, NCH), **i32)
+    ce = torch.empty((R, NCH), **i32)
+    og = torch.empty((R, NCH), **i32)
+    oe = torch.empty((R, NCH), **i32)
+    t = torch.empty((R,), **i32)
+    ngt = torch.empty((R,), **i32)
+    keys = torch.empty((R, k), dtype=torch.int64, device=dev)
+    lp = torch.empty((R, k), dtype=torch.float32, device=dev)
+    ids = torch.empty((R, k), dtype=torch.int64, device=dev)
+    if R == 0:
+        return lp, ids, lse
+    _rk_pass_a[(R, NCH)](x, pm, ps, hist, NCH, V=V, CH=chunk, num_warps=8)
+    _rk_combine_a[(R,)](pm, ps, hist, lse, b1, ab, k, NCH, NCHP=NCHP, num_warps=4)
+    _rk_pass_b[(R, NCH)](x, b1, hist, cg, NCH, V=V, CH=chunk, num_warps=8)
+    _rk_combine_b[(R,)](b1, ab, hist, cg, t, ngt, og, oe, ce, k, NCH, NCHP=NCHP, num_warps=4)
+    _rk_pass_c[(R, NCH)](x, t, ngt, og, oe, cg, ce, keys, k, NCH, V=V, CH=chunk, num_warps=8)
+    KP = max(16, triton.next_power_of_2(k))
+    _rk_final[(R,)](x, keys, lse, lp, ids, k, V=V, KP=KP, num_warps=4 if KP <= 512 else 8)
+    return lp, ids, lse

@@ -41,6 +41,8 @@ __all__ = [
     "build_ddtree",
     "build_ddtree_from_topk",
     "prefer_triton",
+    "prefer_prep",
+    "prefer_beam",
     "draft_topk",
     "candidate_pairs",
     "build_tree_arrays",
@@ -51,9 +53,30 @@ __all__ = [
 ]
 
 # Triton-path variants (bench/RESULTS.md): the prep kernels of ``draft_topk`` and the beam of
-# ``build_ddtree_from_topk``.
-DEFAULT_PREP = "row"
-DEFAULT_BEAM = "sort"
+# ``build_ddtree_from_topk``; None = pick by the H200 measurements (``prefer_prep``,
+# ``prefer_beam``).
+DEFAULT_PREP: Optional[str] = None
+DEFAULT_BEAM: Optional[str] = None
+
+# Measured crossovers (bench/RESULTS.md, H200, V = 151,936, L = 15, K = N).
+_CHUNKED_PREP_MAX_ROWS = 120  # chunked prep: 2.3x at 15 rows, 1.15x at 120, 0.95x at 960
+_SELECT_BEAM_MIN_BUDGET = 512
+
+
+def prefer_prep(rows: int) -> str:
+    """Triton prep variant for ``rows`` = bs * L logit rows: "chunked" (programs over (row,
+    4096-column chunk)) where the H200 measured it faster, else "row"."""
+    if DEFAULT_PREP is not None:
+        return DEFAULT_PREP
+    return "chunked" if rows <= _CHUNKED_PREP_MAX_ROWS else "row"
+
+
+def prefer_beam(budget: int) -> str:
+    """Triton beam variant for budget N: "select" (threshold search + sort of the N survivors)
+    from the measured crossover on, else "sort" (full per-depth tl.sort)."""
+    if DEFAULT_BEAM is not None:
+        return DEFAULT_BEAM
+    return "select" if budget >= _SELECT_BEAM_MIN_BUDGET else "sort"
 
 # The low bits of a packed sort key hold a tie-break index; N * L and the candidate count must fit.
 _SUB_BITS = 30
@@ -161,7 +184,7 @@ def _split_topk(x: torch.Tensor, k: int, chunks: int) -> Tuple[torch.Tensor, tor
 
 def draft_topk(
     draft_logits: torch.Tensor, topk: int, exact_ties: bool = True,
-    use_triton: Optional[bool] = None, topk_chunks: int = 1, prep: str = "row",
+    use_triton: Optional[bool] = None, topk_chunks: int = 1, prep: Optional[str] = None,
 ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Per-depth top-K' log-probs and ids under the tie rule (logit desc, token id asc).
 
@@ -180,9 +203,11 @@ def draft_topk(
         no [bs, L, V] temporaries); None = on CUDA.
       topk_chunks: > 1 runs ``torch.topk`` in two stages over that many vocabulary chunks
         (``_split_topk``); same result under ``exact_ties``.
-      prep: Triton prep kernels — "row" (one program per row; measured, bench/RESULTS.md) or
-        "chunked" (programs over (row, 4096-column chunk); same ids, lse up to rounding; not yet
-        measured on a GPU).
+      prep: Triton prep kernels — "row" (one program per row) or "chunked" (programs over
+        (row, 4096-column chunk)) beside ``torch.topk``, or "radix" (bf16/fp16 only, else
+        "chunked": ``ddtree_kernels.topk_radix_triton``, an exact two-byte radix select with no
+        ``torch.topk`` and no tie pass); same ids, lse equal up to float32 rounding. None =
+        ``prefer_prep(bs * L)`` (the H200 winner, bench/RESULTS.md), as in ``build_ddtree``.
     """
     if draft_logits.dim() != 3:
         raise ValueError(f"draft_logits must be [bs, L, V], got {tuple(draft_logits.shape)}")
@@ -191,8 +216,17 @@ def draft_topk(
     x = draft_logits
     if use_triton is None:
         use_triton = x.device.type == "cuda"
-    if prep not in ("row", "chunked"):
-        raise ValueError(f"prep must be 'row' or 'chunked', got {prep!r}")
+    if prep is None:
+        prep = prefer_prep(bs * L)
+    if prep not in ("row", "chunked", "radix"):
+        raise ValueError(f"prep must be 'row', 'chunked' or 'radix', got {prep!r}")
+    if prep == "radix" and use_triton and topk_chunks <= 1 and x.dtype in (torch.bfloat16, torch.float16):
+        from .ddtree_kernels import topk_radix_triton
+
+        lp, ids, lse = topk_radix_triton(x.reshape(bs * L, V), k)
+        return lp.view(bs, L, k), ids.view(bs, L, k), lse.view(bs, L)
+    if prep == "radix":
+        prep = "chunked"  # 32-bit logits: the radix prep handles 16-bit floats only
     if topk_chunks > 1:
         vals, ids = _split_topk(x, k, int(topk_chunks))
     else:
@@ -363,8 +397,8 @@ def build_ddtree(
         (bench/RESULTS.md). True on CPU tensors needs TRITON_INTERPRET=1.
       topk_chunks: see ``draft_topk``; None = 1 (on the H200 the two-stage top-K was no faster:
         bench/RESULTS.md).
-      prep: Triton prep kernels, see ``draft_topk``; None = ``DEFAULT_PREP``.
-      beam: Triton beam/labelling, see ``build_ddtree_from_topk``; None = ``DEFAULT_BEAM``.
+      prep: Triton prep kernels, see ``draft_topk``; None = ``prefer_prep(bs * L)``.
+      beam: Triton beam, see ``build_ddtree_from_topk``; None = ``prefer_beam(budget)``.
     Returns:
       DDTree (see its docstring). Static shapes; no host synchronisation.
     Raises:
@@ -386,7 +420,8 @@ def build_ddtree(
     if topk_chunks is None:
         topk_chunks = 1
     lp, ids, _ = draft_topk(draft_logits, topk, exact_ties, use_triton=use_triton,
-                            topk_chunks=topk_chunks, prep=DEFAULT_PREP if prep is None else prep)
+                            topk_chunks=topk_chunks,
+                            prep=prefer_prep(bs * L) if prep is None else prep)
     return build_ddtree_from_topk(lp, ids, root_tokens, N, request_budget, use_triton=use_triton,
                                   beam=beam)
 
@@ -406,11 +441,11 @@ def build_ddtree_from_topk(
       lp: [bs, L, K] float32 log-probs in rank order (non-increasing along K; -inf allowed),
         as ``draft_topk`` returns them; ids: [bs, L, K] int64 global token ids in the same order.
       root_tokens, budget, request_budget, use_triton: as in ``build_ddtree``.
-      beam: Triton path only — "sort" (per depth a full ``tl.sort`` of the ~N H(N) candidate
-        keys, a merge sort for the global order, a sort per depth for the labels) or "select"
-        (``beam_select_triton`` + ``label_count_triton``: a W-ary threshold search for the N-th
-        key, compaction, a sort of the N survivors only; labels from per-parent counts). Identical
-        results. None = ``DEFAULT_BEAM``.
+      beam: Triton path only — "sort" (``beam_triton``: per depth a full ``tl.sort`` of the
+        ~N H(N) candidate keys and a merge sort for the global order) or "select"
+        (``beam_select_triton``: a 5-ary threshold search for the N-th key, compaction, a sort of
+        the N survivors only; one selection for the global order). Identical results. None =
+        ``prefer_beam(budget)``. Labels come from per-parent counts (``label_count_triton``).
       DDTree, identical to ``build_ddtree`` on logits whose ``draft_topk`` gives (lp, ids).
     """
     if lp.dim() != 3 or ids.shape != lp.shape:
@@ -433,18 +468,17 @@ def build_ddtree_from_topk(
         nb = torch.full((bs,), N, dtype=torch.int64, device=dev)
     else:
         nb = request_budget.to(device=dev, dtype=torch.int64).clamp(0, N)
-    beam = DEFAULT_BEAM if beam is None else beam
+    beam = prefer_beam(N) if beam is None else beam
     if beam not in ("sort", "select"):
         raise ValueError(f"beam must be 'sort' or 'select', got {beam!r}")
     if use_triton:
         from .ddtree_kernels import (beam_select_triton, beam_triton, label_count_triton,
-                                     label_triton, tree_arrays_triton)
+                                     tree_arrays_triton)
 
         ci, ck = candidate_pairs(N, K, dev)
-        beam_fn, label_fn = ((beam_select_triton, label_count_triton) if beam == "select"
-                             else (beam_triton, label_triton))
+        beam_fn = beam_select_triton if beam == "select" else beam_triton
         score, bvalid, bparent, brank, gtop = beam_fn(lp, N, ci, ck)
-        tokens, parents, depths, valid, scores, num_nodes = label_fn(
+        tokens, parents, depths, valid, scores, num_nodes = label_count_triton(
             gtop, nb, root_tokens, ids, score, bparent, brank, N)
         ri, rnt, rns, tmask = tree_arrays_triton(parents, valid, L)
         return DDTree(tokens=tokens, parents=parents, depths=depths, valid=valid, scores=scores,
