@@ -67,7 +67,7 @@ def main():
                 for bm in ("sort", "select"):
                     var[(pr, bm)] = g(lambda: build_ddtree(x, roots, N, N, use_triton=True,
                                                            prep=pr, beam=bm))
-            dflt = (prefer_prep(bs * L), prefer_beam(N))
+            dflt = (prefer_prep(bs * L, x.dtype), prefer_beam(N))
             full = var[dflt]
             eager = gpu_eager_median_us(lambda: build_ddtree(x, roots, N, N), reps=10)
             prep = g(lambda: draft_topk(x, N, prep="row"))

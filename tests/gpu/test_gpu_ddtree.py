@@ -205,8 +205,8 @@ def test_cuda_graph_capture_replay_equals_eager(bs, N, V, use_triton):
 @pytest.mark.parametrize("prep", ["chunked", "radix"])
 @pytest.mark.parametrize("bs,N", [(1, 512), (64, 256), (3, 1024)])
 def test_select_chunked_graph_replay_equals_eager(bs, N, prep):
-    """build_ddtree(prep=chunked|radix, beam="select") under CUDA-graph capture: replays equal
-    eager and the chunked/sort path on fresh inputs (bf16, V = 151,936)."""
+    """build_ddtree(prep=chunked|radix, beam=select|sort) in one CUDA graph: replays equal eager,
+    and select equals sort (same prep, so the same lse) on fresh inputs (bf16, V = 151,936)."""
     L, V = 15, 151_936
     x = torch.empty(bs, L, V, dtype=torch.bfloat16, device=DEV)
     roots = torch.zeros(bs, dtype=torch.int64, device=DEV)
@@ -241,7 +241,7 @@ def test_select_chunked_graph_replay_equals_eager(bs, N, prep):
         got = [o.clone() for o in outs]
         for a, b in zip(got, run()):
             assert torch.equal(a, b)
-        old = build_ddtree(x, roots, N, N, request_budget=rb, use_triton=True, prep="chunked",
+        old = build_ddtree(x, roots, N, N, request_budget=rb, use_triton=True, prep=prep,
                            beam="sort")
         for a, f in zip(got, 2 * (FIELDS + ("retrieve_next_token", "tree_mask", "num_nodes"))):
             assert torch.equal(a, getattr(old, f)), f

@@ -2,17 +2,21 @@
 
 | kernel                     | torch twin                                | H200 result (bench/RESULTS.md)      |
 |----------------------------|-------------------------------------------|-------------------------------------|
-| ``lse_triton``             | ``torch.logsumexp(x.float())``            | with the tie fix: prep 2x faster at |
-| ``tie_fix_triton``         | full-vocabulary int32 ``where`` + topk    | bs 64, 1.3x slower at bs 1          |
-| ``prep_chunked_triton``    | (both of the above, (row, chunk) grid)    | not measured yet (opt-in)           |
-| ``beam_triton``            | ``ddtree_tree._beam_search`` (~10 ops/depth) | 22 us (N 16) .. 3.5 ms (N 1024)  |
-| ``label_triton``           | selection + labelling in ``build_ddtree_from_topk`` | part of the Triton path   |
-| ``tree_arrays_triton``     | ``ddtree_tree.build_tree_arrays``         | part of the Triton path             |
+| ``topk_radix_triton``      | ``torch.topk`` + lse + tie fix (bf16/fp16) | default prep for bf16: 57-63 us at  |
+|                            |                                           | bs 1 (row prep 340-381 us)          |
+| ``lse_triton``             | ``torch.logsumexp(x.float())``            | "row" prep (one program per row)    |
+| ``tie_fix_triton``         | full-vocabulary int32 ``where`` + topk    | "row" prep                          |
+| ``prep_chunked_triton``    | (both of the above, (row, chunk) grid)    | "chunked": 2.3x "row" at bs 1       |
+| ``beam_triton``            | ``ddtree_tree._beam_search`` (~10 ops/depth) | 24 us (N 16) .. 3.5 ms (N 1024)  |
+| ``beam_select_triton``     | same; selection instead of sorts          | 209 us (N 256) .. 678 us (N 1024)   |
+| ``label_triton``           | selection + labelling in ``build_ddtree_from_topk`` | superseded by the next one |
+| ``label_count_triton``     | same, positions from per-parent counts    | 17-40 us (2-4x ``label_triton``)    |
+| ``tree_arrays_triton``     | ``ddtree_tree.build_tree_arrays``         | 10-68 us (was up to 1.2 ms)         |
 | ``custom_mask_triton``     | torch path of ``build_custom_mask``       | 1.4-3.6x faster                     |
 | ``greedy_walk_triton``     | torch path of ``ddtree_accept.greedy_accept`` | 10-14x faster (25-32 us)        |
 
-The whole Triton tree path beats the torch path except at N > 512 with bs < 64
-(``ddtree_tree.prefer_triton`` encodes that). Importing this module needs Triton; the other DDTree
+The whole Triton tree path beats the torch path at every measured size up to N = 1024
+(``ddtree_tree.prefer_triton``; ``prefer_prep`` / ``prefer_beam`` pick the variants). Importing this module needs Triton; the other DDTree
 modules import it lazily and only for CUDA tensors (or when asked to). The kernels also run under
 ``TRITON_INTERPRET=1`` on CPU tensors, which is how tests/unit/test_ddtree_kernels.py checks them.
 All loops have compile-time bounds (L, V, N1) so that the interpreter can run them.
@@ -36,6 +40,9 @@ __all__ = [
     "prep_chunked_triton",
     "beam_triton",
     "label_triton",
+    "beam_select_triton",
+    "label_count_triton",
+    "topk_radix_triton",
 ]
 
 

@@ -58,25 +58,36 @@ __all__ = [
 DEFAULT_PREP: Optional[str] = None
 DEFAULT_BEAM: Optional[str] = None
 
-# Measured crossovers (bench/RESULTS.md, H200, V = 151,936, L = 15, K = N).
-_CHUNKED_PREP_MAX_ROWS = 120  # chunked prep: 2.3x at 15 rows, 1.15x at 120, 0.95x at 960
-_SELECT_BEAM_MIN_BUDGET = 512
+# Measured crossovers (bench/RESULTS.md, H200 run 2026-11-30 06:50, V = 151,936, L = 15, K = N).
+_CHUNKED_PREP_MAX_ROWS = 120  # chunked vs row prep (measured on bf16): 2.3x at 15 rows, 1.15x
+                              # at 120, 0.95x at 960
+_SELECT_BEAM_MIN_BUDGET = 256  # beam kernel: sort 24/80 us vs select 82/126 us at N 16/64;
+                               # select 209/364/678 us vs sort 526/1347/3478 us at N 256/512/1024
 
 
-def prefer_prep(rows: int) -> str:
-    """Triton prep variant for ``rows`` = bs * L logit rows: "chunked" (programs over (row,
-    4096-column chunk)) where the H200 measured it faster, else "row"."""
+def prefer_prep(rows: int, dtype: Optional[torch.dtype] = None) -> str:
+    """Triton prep variant for ``rows`` = bs * L logit rows of ``dtype``.
+
+    "radix" for bf16: the fastest at every measured size (57-63 us at bs 1, 270 us at bs 8,
+    2.0 ms at bs 64, against 125-168 / 434-496 / 2585-2788 us chunked and 340-381 / 507-575 /
+    2453-2615 us row). Other dtypes (fp16 runs the radix kernels too but was not measured):
+    "chunked" (programs over (row, 4096-column chunk)) up to 120 rows, else "row".
+    """
     if DEFAULT_PREP is not None:
         return DEFAULT_PREP
+    if dtype == torch.bfloat16:
+        return "radix"
     return "chunked" if rows <= _CHUNKED_PREP_MAX_ROWS else "row"
 
 
 def prefer_beam(budget: int) -> str:
     """Triton beam variant for budget N: "select" (threshold search + sort of the N survivors)
-    from the measured crossover on, else "sort" (full per-depth tl.sort)."""
+    from N = 256 on (2.5-5x faster there), else "sort" (full per-depth tl.sort; faster for
+    N <= 64; budgets between 64 and 256 were not measured and keep "sort")."""
     if DEFAULT_BEAM is not None:
         return DEFAULT_BEAM
     return "select" if budget >= _SELECT_BEAM_MIN_BUDGET else "sort"
+
 
 # The low bits of a packed sort key hold a tie-break index; N * L and the candidate count must fit.
 _SUB_BITS = 30
@@ -207,7 +218,7 @@ def draft_topk(
         (row, 4096-column chunk)) beside ``torch.topk``, or "radix" (bf16/fp16 only, else
         "chunked": ``ddtree_kernels.topk_radix_triton``, an exact two-byte radix select with no
         ``torch.topk`` and no tie pass); same ids, lse equal up to float32 rounding. None =
-        ``prefer_prep(bs * L)`` (the H200 winner, bench/RESULTS.md), as in ``build_ddtree``.
+        ``prefer_prep(bs * L, dtype)`` (the H200 winner, bench/RESULTS.md), as in ``build_ddtree``.
     """
     if draft_logits.dim() != 3:
         raise ValueError(f"draft_logits must be [bs, L, V], got {tuple(draft_logits.shape)}")
@@ -217,7 +228,7 @@ def draft_topk(
     if use_triton is None:
         use_triton = x.device.type == "cuda"
     if prep is None:
-        prep = prefer_prep(bs * L)
+        prep = prefer_prep(bs * L, x.dtype)
     if prep not in ("row", "chunked", "radix"):
         raise ValueError(f"prep must be 'row', 'chunked' or 'radix', got {prep!r}")
     if prep == "radix" and use_triton and topk_chunks <= 1 and x.dtype in (torch.bfloat16, torch.float16):
@@ -360,14 +371,13 @@ def build_tree_arrays(parents: torch.Tensor, valid: torch.Tensor, max_depth: int
 
 def prefer_triton(bs: int, budget: int, device) -> bool:
     """Which tree path is faster, from the H200 measurements in bench/RESULTS.md (CUDA graphs,
-    V = 151,936, L = 15, K = N): the Triton path won for every budget up to 512 (bs 1: 389 vs
-    1197 µs at N 16, 1888 vs 2011 µs at N 512) and at bs 64 for every budget; the all-torch path
-    won at N 1024 with bs 1 (2750 vs 4149 µs) and bs 8 (4095 vs 4486 µs), where the fused beam's
-    in-register sort of ~7.7K candidates per depth dominates. Budgets above 1024 (not measured;
-    the fused kernels' sorts would exceed 8K int64 keys) and CPU tensors take torch."""
+    V = 151,936, L = 15, K = N, bf16): with the radix prep and the selection beam the Triton path
+    wins at every measured size (bs 1: 89 us at N 16 .. 775 us at N 1024; bs 64: 2.0-2.8 ms)
+    against the all-torch path (1.2-2.8 ms at bs 1, 6.4-9.4 ms at bs 64). Budgets above 1024
+    (not measured) and CPU tensors take torch."""
     if torch.device(device).type != "cuda" or budget > 1024:
         return False
-    return not (budget > 512 and bs < 64)
+    return True
 
 
 def build_ddtree(
@@ -397,7 +407,7 @@ def build_ddtree(
         (bench/RESULTS.md). True on CPU tensors needs TRITON_INTERPRET=1.
       topk_chunks: see ``draft_topk``; None = 1 (on the H200 the two-stage top-K was no faster:
         bench/RESULTS.md).
-      prep: Triton prep kernels, see ``draft_topk``; None = ``prefer_prep(bs * L)``.
+      prep: Triton prep kernels, see ``draft_topk``; None = ``prefer_prep(bs * L, dtype)``.
       beam: Triton beam, see ``build_ddtree_from_topk``; None = ``prefer_beam(budget)``.
     Returns:
       DDTree (see its docstring). Static shapes; no host synchronisation.
@@ -421,7 +431,7 @@ def build_ddtree(
         topk_chunks = 1
     lp, ids, _ = draft_topk(draft_logits, topk, exact_ties, use_triton=use_triton,
                             topk_chunks=topk_chunks,
-                            prep=prefer_prep(bs * L) if prep is None else prep)
+                            prep=prefer_prep(bs * L, draft_logits.dtype) if prep is None else prep)
     return build_ddtree_from_topk(lp, ids, root_tokens, N, request_budget, use_triton=use_triton,
                                   beam=beam)
 
