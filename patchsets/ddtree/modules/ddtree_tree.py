@@ -21,8 +21,9 @@ parent's within-depth order) and by rank inside a group: parents come before chi
 siblings are contiguous, so ``retrieve_next_sibling[j]`` is ``j + 1`` or -1.
 
 Two implementations with identical results: fixed-shape torch ops (topk/sort/gather/scatter/
-cumsum; the CPU path) and Triton kernels (``ddtree_kernels``: fused beam with ``tl.sort``, fused
-labelling, tree links/mask). Neither has an ``.item()`` or a data-dependent shape; both were
+cumsum; the CPU path) and Triton kernels (``ddtree_kernels``: radix top-K prep, fused beam with a
+full ``tl.sort`` or a threshold selection, count-based labelling, tree links/mask; the variants are
+picked by ``prefer_prep`` / ``prefer_beam`` from the H200 measurements in bench/RESULTS.md). Neither has an ``.item()`` or a data-dependent shape; both were
 captured in CUDA graphs and replayed equal to eager on an H200 (tests/gpu). Call once eagerly for
 a given (N, K, device) before capturing a CUDA graph: that caches the static candidate table on the
 device (and compiles the Triton kernels).
