@@ -103,3 +103,27 @@ def test_triton_tree_path_equals_reference(seed, L, V, N, K, kind):
         # same node set up to lse rounding: compare only when the trees agree on parents
         if torch.equal(torch_tree.parents, tree.parents) and torch.equal(torch_tree.tokens, tree.tokens):
             assert torch.equal(getattr(torch_tree, f), getattr(tree, f)), f
+
+
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+
+@settings(max_examples=8, deadline=None, suppress_health_check=list(HealthCheck))
+@given(seed=st.integers(0, 2**31 - 1), L=st.integers(1, 5), V=st.integers(2, 300),
+       N=st.integers(1, 90), kf=st.floats(0.05, 1.0), ties=st.booleans())
+def test_select_beam_and_radix_prep_property(seed, L, V, N, kf, ties):
+    """Property: the selection beam equals the sorting beam (all outputs, gtop included) and the
+    radix prep gives the torch tie-rule ids (bf16, random and heavily tied logits, K <= N)."""
+    from patchsets.ddtree.modules.ddtree_tree import candidate_pairs, draft_topk
+
+    g = torch.Generator().manual_seed(seed)
+    K = max(1, int(N * kf))
+    x = (torch.randint(-2, 3, (2, L, V), generator=g).float() if ties
+         else torch.randn(2, L, V, generator=g) * 3).to(torch.bfloat16)
+    lp_r, ids_r, _ = draft_topk(x, K, use_triton=True, prep="radix")
+    _, ids_c, _ = draft_topk(x, K, use_triton=False)
+    assert torch.equal(ids_r, ids_c)
+    ci, ck = candidate_pairs(N, lp_r.shape[-1], "cpu")
+    for a, b in zip(KR.beam_triton(lp_r, N, ci, ck), KR.beam_select_triton(lp_r, N, ci, ck)):
+        assert torch.equal(a, b)
