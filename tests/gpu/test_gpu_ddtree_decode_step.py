@@ -6,8 +6,8 @@ logits, ``prepare_verify_tensors`` (positions in place, FULL_MASK into a static 
 ``finish_verify_tensors`` (walk, output rows, KV-move pairs, ACCEPTED hidden rows). A capture fails
 on any host synchronisation, so a passing capture is also the "no host sync" proof.
 
-Runs only on CUDA (``-m gpu``); written on a CPU-only machine and NOT yet run — the device owner
-runs it (e.g. ``python -m pytest -m gpu tests/unit/test_ddtree_info_gpu.py``).
+Runs only on CUDA (``-m gpu``), with ``bash tests/gpu/run_gpu_tests.sh``; passed on an H200 on
+2026-11-30 (log: bench/h200-2026-11-30/decode-step/).
 """
 
 from __future__ import annotations
