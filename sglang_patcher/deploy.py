@@ -639,6 +639,10 @@ class StatusReport:
             return "drifted"
         if all(f.state in ("pristine", "absent") for f in self.files):
             return "pristine"
+        if self.patchset is not None:   # judged against one patchset: every file at its revision
+            if all(f.state == "patched" and f.revision in (None, self.revision) for f in self.files):
+                return "patched"
+            return "mixed"
         if held and rest_ok and all(f.state == "patched" for f in held):
             return "patched"
         return "mixed"
