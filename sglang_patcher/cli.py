@@ -118,7 +118,16 @@ def main(argv: list[str] | None = None) -> int:
     ``{"ok": false, "error": ..., "hint": ..., "exit_code": ..., "type": ...}``.
     """
     args = list(argv if argv is not None else sys.argv[1:])
+    # --json and --debug are accepted anywhere on the line (`sglpatch status --host h --json`)
+    for flag in ("--json", "--debug"):
+        if flag in args[1:] and flag not in _global_flags(args):
+            args = [flag] + [a for a in args if a != flag]
     flags = _global_flags(args)
+
+    def json_error(message: str, code: int, hint: str | None = None, kind: str = "UsageError"):
+        if "--json" in flags:
+            click.echo(json.dumps({"ok": False, "error": message, "hint": hint,
+                                   "exit_code": code, "type": kind}))
     debug = "--debug" in flags
     err = Console(stderr=True, highlight=False)
     logging.getLogger("paramiko").addHandler(logging.NullHandler())
@@ -133,20 +142,21 @@ def main(argv: list[str] | None = None) -> int:
         err.print(Text.assemble(("error: ", "bold red"), exc.message))
         if exc.hint:
             err.print(f"  hint: {exc.hint}", markup=False)
-        if "--json" in flags:
-            click.echo(json.dumps({"ok": False, "error": exc.message, "hint": exc.hint,
-                                   "exit_code": exc.exit_code, "type": type(exc).__name__}))
+        json_error(exc.message, exc.exit_code, exc.hint, type(exc).__name__)
         return exc.exit_code
-    except click.exceptions.Abort:
-        err.print("Aborted.")
-        return 130
-    except KeyboardInterrupt:
-        err.print("Aborted.")
+    except (click.exceptions.Abort, KeyboardInterrupt):
+        hint = ("if a deployment was running, the host holds its journal: `sglpatch status --host "
+                "HOST` shows it, and the next `apply` or `rollback` finishes or undoes it")
+        err.print(f"Aborted.\n  hint: {hint}", markup=False)
+        json_error("aborted (interrupted)", 130, hint, "Aborted")
         return 130
     except click.ClickException as exc:
         exc.show()
         code = getattr(exc, "exit_code", 2)
-        return 2 if code == 1 and isinstance(exc, click.UsageError) else code
+        code = 2 if code == 1 and isinstance(exc, click.UsageError) else code
+        json_error(exc.format_message(), code, "run `sglpatch --help` or `sglpatch COMMAND --help`",
+                   type(exc).__name__)
+        return code
     except click.exceptions.Exit as exc:
         return exc.exit_code
     return 0

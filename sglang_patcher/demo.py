@@ -75,9 +75,11 @@ def run_demo(app: "AppContext", *, version: str, patchset: str, with_deps: bool 
     final = service.host_status(host, patchset=patchset)
     app.say(final)
     results["status_after_rollback"] = final
-    if not getattr(final, "all_pristine", True):
-        raise StateError("sandbox: files are not pristine after rollback",
-                         hint="run `sglpatch status --host sandbox` and report this")
+    if final.overall != "pristine":
+        raise StateError(f"sandbox: the files are {final.overall}, not pristine, after the rollback "
+                         f"(something was deployed there before the demo started)",
+                         hint=f"the sandbox is the demo's own: delete {sandbox_dir(version)} and run "
+                              f"the demo again (it rebuilds it)")
     app.say(Rule("[bold green]done: applied, verified, and rolled back to pristine"))
     if app.as_json:
         app.result({k: (v.to_json() if hasattr(v, "to_json") else v) for k, v in results.items()})

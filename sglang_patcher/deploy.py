@@ -932,6 +932,8 @@ def apply_to_host(transport: Transport, host: Any, info: Any, patchset: Any, *, 
     paths, _pristine_h, _expected_h, history = _patchset_view(patchset, version, info)
     progress("inspect", f"hashing {len(paths)} file(s) on {name}")
     ins = agent.inspect(sorted(paths))
+    check_host_records(name, ins)
+    _refuse_downgrade(name, ins, patchset)
     recovered: list[str] = []
 
     def done(status: str, plan: DeployPlan, **kw: Any) -> DeployResult:
@@ -1012,6 +1014,38 @@ def apply_to_host(transport: Transport, host: Any, info: Any, patchset: Any, *, 
 
 # ------------------------------------------------------------------------------------ rollback
 
+def check_host_records(name: str, answer: dict[str, Any]) -> None:
+    """Refuse to act on damaged host records (a journal or deployment record that is not valid JSON
+    or lacks its id/phase): :class:`StateError` naming the file and what to do. ``answer`` is an agent
+    ``inspect`` or ``history`` answer."""
+    damaged = []
+    j = answer.get("journal")
+    if j is not None and (j.get("unreadable") or not j.get("id") or not j.get("phase")):
+        damaged.append(j.get("path") or f"{answer.get('state_dir', '<state dir>')}/journal.json")
+    for d in answer.get("deployments", []):
+        if d.get("unreadable") or not d.get("id") or not d.get("phase"):
+            damaged.append(d.get("path") or f"record {d.get('id', '?')}")
+    if damaged:
+        raise StateError(f"{name}: damaged deployment record(s) on the host: {', '.join(damaged)}",
+                         hint="restore them from the local copies under "
+                              f"{sglpatch_home() / 'deployments' / safe_component(name)} if present, "
+                              "else move them aside and check the files with `sglpatch status`")
+
+
+def _refuse_downgrade(name: str, answer: dict[str, Any], patchset: Any) -> None:
+    """A host carrying a newer revision of the same patchset is not drift: say how to go back."""
+    newer = [d for d in answer.get("deployments", [])
+             if d.get("phase") in ACTIVE and d.get("patchset") == patchset.name
+             and int(d.get("revision") or 0) > int(patchset.revision)]
+    if newer:
+        top = max(newer, key=lambda d: int(d.get("revision") or 0))
+        raise DeployError(
+            f"{name}: carries {patchset.name} r{top.get('revision')} (deployment {top['id']}), newer "
+            f"than the r{patchset.revision} asked for; a downgrade is a rollback",
+            hint=f"`sglpatch rollback --host {name}` returns to the state before r{top.get('revision')} "
+                 f"(the earlier revision if it was deployed before, else pristine)")
+
+
 def rollback_host(transport: Transport, host: Any, info: Any, deployment_id: str | None = None, *,
                   break_lock: bool = False, force: bool = False, home: Path | None = None,
                   progress: Progress | None = None) -> RollbackResult:
@@ -1033,6 +1067,7 @@ def rollback_host(transport: Transport, host: Any, info: Any, deployment_id: str
     name = _host_name(host, transport)
     agent = _agent_for(transport, host, info)
     hist = agent.history()
+    check_host_records(name, hist)
     records = {d["id"]: d for d in hist.get("deployments", [])}
     j = hist.get("journal")
     if j is not None:

@@ -784,7 +784,7 @@ def op_rollback(a):
         drifted = {}
         for rel, e in sorted(rec["files"].items()):
             live = file_info(h.target(rel))
-            if live["sha256"] != e.get("after"):
+            if live["sha256"] not in (e.get("after"), e.get("before")):   # before: already restored
                 drifted[rel] = {"live": live["sha256"], "deployed": e.get("after")}
         if drifted and not a.get("force"):
             h.release(holder, force=True)

@@ -343,3 +343,72 @@ def test_a_damaged_mirror_manifest_is_rebuilt(capsys, tmp_path, sglpatch_home, l
     code, data, err = run_json(capsys, "--hosts", str(hosts), "snapshot", "here")
     assert code == 0, err
     assert data["files"] > 1000
+
+
+def test_an_older_revision_over_a_newer_one_is_refused_as_a_downgrade(capsys, tmp_path, sglpatch_home,
+                                                                     local_target):
+    from sglang_patcher.inventory import Host
+
+    hosts = write_hosts(tmp_path / "hosts.yaml",
+                        Host(name="here", transport="local", python=str(local_target)))
+    h = ["--hosts", str(hosts)]
+    assert run_json(capsys, *h, "apply", "ddtree", "--host", "here", "--yes")[0] == 0
+    before = {p.name: p.read_bytes() for p in (local_target.site_packages / "sglang/srt/speculative").glob("*.py")}
+    for extra in ([], ["--force"]):
+        code, data, _ = run_json(capsys, *h, "apply", "ddtree@1", "--host", "here", "--yes", *extra)
+        assert code == 8, data
+        assert "downgrade is a rollback" in data["error"] and "rollback" in data["hint"]
+    after = {p.name: p.read_bytes() for p in (local_target.site_packages / "sglang/srt/speculative").glob("*.py")}
+    assert after == before, "a refused downgrade writes nothing"
+
+
+def test_damaged_host_records_are_one_clear_error(capsys, tmp_path, sglpatch_home, local_target):
+    from sglang_patcher.inventory import Host
+
+    hosts = write_hosts(tmp_path / "hosts.yaml",
+                        Host(name="here", transport="local", python=str(local_target)))
+    h = ["--hosts", str(hosts)]
+    assert run_json(capsys, *h, "apply", "ddtree@1", "--host", "here", "--yes")[0] == 0
+    state = local_target.site_packages / ".sglpatch"
+    (state / "journal.json").write_text("{oops")
+    for cmd in (["apply", "ddtree@1", "--host", "here", "--yes"], ["rollback", "--host", "here"]):
+        code, data, _ = run_json(capsys, *h, *cmd)
+        assert code == 10, data
+        assert "damaged deployment record" in data["error"] and "journal.json" in data["error"]
+    (state / "journal.json").unlink()
+    rec = next((state / "deployments").glob("*.json"))
+    rec.write_text("{broken")
+    code, data, _ = run_json(capsys, *h, "rollback", "--host", "here")
+    assert code == 10 and rec.name in data["error"], data
+
+
+def test_rollback_of_files_already_back_to_their_originals_is_not_drift(capsys, tmp_path, sglpatch_home,
+                                                                       local_target):
+    from sglang_patcher.inventory import Host
+
+    hosts = write_hosts(tmp_path / "hosts.yaml",
+                        Host(name="here", transport="local", python=str(local_target)))
+    h = ["--hosts", str(hosts)]
+    site = local_target.site_packages
+    record = record_hashes(site)
+    assert run_json(capsys, *h, "apply", "ddtree@1", "--host", "here", "--yes")[0] == 0
+    # someone restores one file to the release's bytes by hand (e.g. a reinstall)
+    rel = "sglang/srt/speculative/spec_utils.py"
+    local_target.reset()   # every sglang file back to pristine, the state dir removed...
+    code, data, err = run_json(capsys, *h, "rollback", "--host", "here")
+    # ...the records went with it: nothing to roll back is an error that says so
+    assert code == 10, data
+    assert run_json(capsys, *h, "apply", "ddtree@1", "--host", "here", "--yes")[0] == 0
+    pristine = local_target.pristine / site.relative_to(local_target.venv) / rel
+    (site / rel).write_bytes(pristine.read_bytes())
+    code, data, err = run_json(capsys, *h, "rollback", "--host", "here")
+    assert code == 0, data
+    assert live_hash(site, rel) == record[rel]
+    assert live_hash(site, "sglang/srt/speculative/spec_info.py") == record["sglang/srt/speculative/spec_info.py"]
+
+
+def test_json_flag_is_accepted_after_the_subcommand_and_usage_errors_are_json(capsys, sglpatch_home):
+    code, out, _ = run_cli(capsys, "status", "--json")
+    assert code == 2
+    data = json.loads(out)
+    assert data["ok"] is False and "--host" in data["error"]
