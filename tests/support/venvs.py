@@ -356,6 +356,11 @@ def reset_venv(pristine: Path, venv: Path, uid: int | None = None,
                 if not os.path.lexists(dpath):
                     _copy_entry(se.path, dpath, uid, gid, stats)
                 else:
+                    dst_st = os.lstat(dpath)   # the top directory's own mode and owner too
+                    if stat.S_IMODE(dst_st.st_mode) != stat.S_IMODE(se.stat().st_mode):
+                        os.chmod(dpath, stat.S_IMODE(se.stat().st_mode))
+                    if os.geteuid() == 0 and (dst_st.st_uid, dst_st.st_gid) != (uid, gid):
+                        os.lchown(dpath, uid, gid)
                     _sync(se.path, dpath, uid, gid, stats)
             else:
                 st = os.lstat(dpath) if os.path.lexists(dpath) else None
