@@ -338,20 +338,11 @@ def build_tree_from_candidates(
     request_budget: Optional[torch.Tensor] = None,
 ):
     """Tensor-parallel path: the tree from merged candidates ([bs * L, K] rows, depth-major per
-    request). Needs the core's ``build_ddtree_from_topk(lp [bs, L, K], ids [bs, L, K],
-    root_tokens, budget, request_budget=None)``.
-
-    Raises NotImplementedError when the core does not provide that entry point (then TP > 1
-    cannot build a tree without dense logits, which this design refuses to gather).
+    request), through the core's ``build_ddtree_from_topk(lp [bs, L, K], ids [bs, L, K],
+    root_tokens, budget, request_budget=None)`` — no dense logits are gathered.
     """
-    from . import ddtree_tree
+    from .ddtree_tree import build_ddtree_from_topk as fn
 
-    fn = getattr(ddtree_tree, "build_ddtree_from_topk", None)
-    if fn is None:
-        raise NotImplementedError(
-            "DDTREE with tensor parallelism needs ddtree_tree.build_ddtree_from_topk(lp, ids, "
-            "root_tokens, budget, request_budget) from the DDTree core; it is not there yet"
-        )
     bs = root_tokens.shape[0]
     L = sizes.draft_depth
     lp = topk_logprobs(cands).view(bs, L, -1)
