@@ -22,8 +22,12 @@ FIND_LINKS=()
 [ -d /opt/wheels ] && FIND_LINKS=(--find-links /opt/wheels)
 if ! $PY -c 'import torch' 2>/dev/null; then
   echo "setup: installing CPU torch 2.13.0"
-  $PY -m pip install -q "${FIND_LINKS[@]}" torch==2.13.0 \
-    || $PY -m pip install -q --index-url https://download.pytorch.org/whl/cpu torch==2.13.0
+  if ls /opt/wheels/torch-2.13.0* >/dev/null 2>&1; then      # a local CPU wheel (this workplace)
+    $PY -m pip install -q --find-links /opt/wheels torch==2.13.0
+  else                                                     # PyTorch's CPU index, else PyPI
+    $PY -m pip install -q --index-url https://download.pytorch.org/whl/cpu torch==2.13.0 \
+      || $PY -m pip install -q torch==2.13.0
+  fi
 fi
 echo "setup: installing sglpatch (editable) with test and ddtree extras"
 $PY -m pip install -q "${FIND_LINKS[@]}" -e '.[test,ddtree]'
