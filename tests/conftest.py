@@ -72,14 +72,19 @@ def _clone_dir(parent: Path, prefix: str) -> Path:
     return parent / f"{prefix}-{os.getpid()}"
 
 
-@pytest.fixture(scope="session")
-def _sglang_ssh_venv(sshd: SshServer, tmp_path_factory) -> venvs.TargetVenv:
-    pristine = _pristine("sglang")
-    parent = sshd.home / "venvs" if os.geteuid() == 0 else tmp_path_factory.mktemp("ssh-target")
+def _ssh_clone(sshd: SshServer, tmp_path_factory, name: str) -> Path:
+    """Where a working copy for the SSH target user goes (under its home, owned by it, when root)."""
+    parent = sshd.home / "venvs" if os.geteuid() == 0 else tmp_path_factory.mktemp(f"ssh-{name}")
     if os.geteuid() == 0:
         parent.mkdir(parents=True, exist_ok=True)
         os.chown(parent, sshd.uid, sshd.gid)
-    dest = _clone_dir(parent, f"sglang-{venvs.SGLANG_VERSION}")
+    return _clone_dir(parent, f"{name}-{venvs.SGLANG_VERSION}")
+
+
+@pytest.fixture(scope="session")
+def _sglang_ssh_venv(sshd: SshServer, tmp_path_factory) -> venvs.TargetVenv:
+    pristine = _pristine("sglang")
+    dest = _ssh_clone(sshd, tmp_path_factory, "sglang")
     target = venvs.clone_venv(pristine, dest, sshd.uid, sshd.gid)
     yield target
     venvs.remove_venv(dest, background=True)
@@ -93,19 +98,20 @@ def sglang_target(_sglang_ssh_venv: venvs.TargetVenv) -> venvs.TargetVenv:
 
 
 @pytest.fixture(scope="session")
-def _sglang_ssh_venv_l1(sshd: SshServer, tmp_path_factory) -> venvs.TargetVenv:
+def l1_pristine() -> Path:
+    """The cached pristine L1 venv: sglang 0.5.23 plus its CPU dependency set (built once)."""
     reqs = venvs.read_requirements(L1_REQUIREMENTS)
     if not reqs:
         _skip_or_fail(f"{L1_REQUIREMENTS} is missing or empty: no L1 target venv")
     if "PIP_FIND_LINKS" not in os.environ and Path("/opt/wheels").is_dir():
         os.environ["PIP_FIND_LINKS"] = "/opt/wheels"   # where the CPU torch wheel lies
-    pristine = _pristine("sglang-l1", reqs)
-    parent = sshd.home / "venvs" if os.geteuid() == 0 else tmp_path_factory.mktemp("ssh-target-l1")
-    if os.geteuid() == 0:
-        parent.mkdir(parents=True, exist_ok=True)
-        os.chown(parent, sshd.uid, sshd.gid)
-    dest = _clone_dir(parent, f"sglang-l1-{venvs.SGLANG_VERSION}")
-    target = venvs.clone_venv(pristine, dest, sshd.uid, sshd.gid, share_deps=True)
+    return _pristine("sglang-l1", reqs)
+
+
+@pytest.fixture(scope="session")
+def _sglang_ssh_venv_l1(sshd: SshServer, tmp_path_factory, l1_pristine: Path) -> venvs.TargetVenv:
+    dest = _ssh_clone(sshd, tmp_path_factory, "sglang-l1")
+    target = venvs.clone_venv(l1_pristine, dest, sshd.uid, sshd.gid, share_deps=True)
     yield target
     venvs.remove_venv(dest, background=True)
 

@@ -16,12 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.support import venvs
-
 pytestmark = [pytest.mark.sglang, pytest.mark.l1, pytest.mark.slow]
 
 REPO = Path(__file__).resolve().parents[2]
-REQS = REPO / "sglang_patcher" / "data" / "sglang-0.5.23-cpu-requirements.txt"
 
 
 @pytest.fixture(scope="session")
@@ -40,8 +37,8 @@ def pytest_overlay(tmp_path_factory) -> Path:
     return dest
 
 
-def test_sglang_triton_tree_verify_equals_our_walk_in_the_l1_venv(pytest_overlay):
-    venv = venvs.pristine_venv("sglang-l1", venvs.read_requirements(REQS))
+def test_sglang_triton_tree_verify_equals_our_walk_in_the_l1_venv(pytest_overlay, l1_pristine):
+    venv = l1_pristine
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
     env.update(PYTHONPATH=str(pytest_overlay), TRITON_INTERPRET="1")
     proc = subprocess.run(
