@@ -12,20 +12,10 @@ import pytest
 from sglang_patcher.applier import ApplyResult, apply_patch, apply_series
 from sglang_patcher.errors import ApplyError, PatchsetError
 
-NO_NL = "\\ No newline at end of file\n"
+from tests.support.difftext import NO_NL, lines_of  # noqa: E402
 
 
 # --------------------------------------------------------------------------------------- helpers
-
-def lines_of(data: bytes) -> list[str]:
-    if not data:
-        return []
-    parts = data.decode("utf-8", "surrogateescape").split("\n")
-    out = [p + "\n" for p in parts[:-1]]
-    if parts[-1]:
-        out.append(parts[-1])
-    return out
-
 
 def udiff(path: str, old: bytes | None, new: bytes | None, n: int = 3) -> str:
     """difflib's unified diff of one file, a/ b/ prefixes, no-newline markers (independent of ours)."""

@@ -16,19 +16,9 @@ from hypothesis import strategies as st
 from sglang_patcher.applier import apply_patch, apply_series
 from sglang_patcher.errors import ApplyError
 
-NO_NL = "\\ No newline at end of file\n"
+from tests.support.difftext import NO_NL, lines_of  # noqa: E402
 P = "sglang/f.py"
 SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-
-
-def lines_of(data: bytes) -> list[str]:
-    if not data:
-        return []
-    parts = data.decode("utf-8", "surrogateescape").split("\n")
-    out = [p + "\n" for p in parts[:-1]]
-    if parts[-1]:
-        out.append(parts[-1])
-    return out
 
 
 def udiff(old: bytes, new: bytes, n: int) -> str:
