@@ -25,7 +25,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _timing import cpu_median_us, gpu_eager_median_us, gpu_graph_median_us  # noqa: E402
 
 from patchsets.ddtree.modules.ddtree_kernels import (  # noqa: E402
-    beam_select_triton, beam_triton, label_count_triton, lse_triton, prep_chunked_triton,
+    beam_prune_triton, beam_select_triton, beam_triton, label_count_triton, lse_triton, prep_chunked_triton,
     tie_fix_triton, tree_arrays_triton)
 from patchsets.ddtree.modules.ddtree_reference import build_tree_reference_from_topk  # noqa: E402
 from patchsets.ddtree.modules.ddtree_tree import (  # noqa: E402
@@ -37,6 +37,10 @@ from patchsets.ddtree.modules.ddtree_tree import (  # noqa: E402
     prefer_beam,
     prefer_prep,
 )
+from tests.support.ddtree import KINDS, draft_logits  # noqa: E402
+
+PREPS = ("row", "chunked", "radix")
+BEAMS = ("sort", "select", "prune")
 
 
 def main():
@@ -49,26 +53,30 @@ def main():
     ap.add_argument("--cpu-max-requests", type=int, default=16,
                     help="time the CPU heap on at most this many requests and scale to bs")
     ap.add_argument("--out", default=None)
+    ap.add_argument("--kinds", default="normal,peaked",
+                    help=f"draft logits kinds, from {KINDS} (tests/support/ddtree.py)")
+    ap.add_argument("--preps", default="chunked,radix", help=f"Triton prep variants timed, from {PREPS}")
     ap.add_argument("--no-torch-path", action="store_true",
                     help="skip timing the all-torch path (recorded in bench/RESULTS.md)")
     a = ap.parse_args()
     dev = "cuda"
     L, V = a.depth, a.vocab
     rows = []
-    for bs in [int(v) for v in a.bs.split(",")]:
-        x = (torch.randn(bs, L, V, device=dev) * 3).to(torch.bfloat16)
+    preps = [p for p in a.preps.split(",") if p]
+    for kind, bs in [(k, int(v)) for k in a.kinds.split(",") for v in a.bs.split(",")]:
+        x = draft_logits(bs, bs, L, V, torch.bfloat16, kind=kind, device=dev)
         roots = torch.randint(0, V, (bs,), device=dev)
         x_cpu = x.cpu()
         x2 = x.reshape(bs * L, V)
         for N in [int(v) for v in a.budgets.split(",")]:
             g = lambda fn, reps=50: gpu_graph_median_us(fn, reps=reps)  # noqa: E731
             var = {}
-            for pr in ("row", "chunked", "radix"):
-                for bm in ("sort", "select"):
+            for pr in preps:
+                for bm in BEAMS:
                     var[(pr, bm)] = g(lambda: build_ddtree(x, roots, N, N, use_triton=True,
                                                            prep=pr, beam=bm))
             dflt = (prefer_prep(bs * L, x.dtype), prefer_beam(N))
-            full = var[dflt]
+            full = var[dflt] if dflt in var else g(lambda: build_ddtree(x, roots, N, N))
             eager = gpu_eager_median_us(lambda: build_ddtree(x, roots, N, N), reps=10)
             prep = g(lambda: draft_topk(x, N, prep="row"))
             prep_chunked = g(lambda: draft_topk(x, N, prep="chunked"))
@@ -82,14 +90,18 @@ def main():
             ci, ck = candidate_pairs(N, lp.shape[-1], lp.device)
             beam = g(lambda: beam_triton(lp, N, ci, ck))
             beam_sel = g(lambda: beam_select_triton(lp, N, ci, ck))
-            bo = beam_triton(lp, N, ci, ck)
+            beam_prune = g(lambda: beam_prune_triton(lp, N, ci, ck))
+            tree = build_ddtree(x, roots, N, N)
+            depth_hist = torch.bincount(tree.depths[tree.valid & (tree.depths > 0)].flatten(),
+                                        minlength=L + 1)[1:].tolist()
+            max_depth = max([d + 1 for d, c in enumerate(depth_hist) if c] or [0])
+            bo = beam_prune_triton(lp, N, ci, ck)  # labels after the pruned beam (the default)
             nbv = torch.full((bs,), N, dtype=torch.int64, device=dev)
             lab_cnt = g(lambda: label_count_triton(bo[4], nbv, roots, lp_ids, bo[0], bo[2], bo[3], N))
             lo = label_count_triton(bo[4], nbv, roots, lp_ids, bo[0], bo[2], bo[3], N)
             arrays = g(lambda: tree_arrays_triton(lo[1], lo[3], L))
             torch_arrays = float("nan") if a.no_torch_path else gpu_graph_median_us(
                 lambda: build_ddtree(x, roots, N, N, use_triton=False), reps=20)
-            tree = build_ddtree(x, roots, N, N)
             pl = torch.full((bs,), 1024, dtype=torch.int64, device=dev)
             buf = torch.empty(custom_mask_size(1024 * bs, bs, N + 1), dtype=torch.bool, device=dev)
             mask_tri = g(lambda: build_custom_mask(tree, pl, out=buf, use_triton=True))
@@ -102,26 +114,24 @@ def main():
                     build_tree_reference_from_topk(lp[0], ids[0], N)
 
             cpu = cpu_median_us(cpu_run, reps=a.cpu_reps) * bs / nreq
-            rows.append(dict(bs=bs, N=N, default=f"{dflt[0]}+{dflt[1]}", gpu_graph_us=full,
+            rows.append(dict(kind=kind, bs=bs, N=N, default=f"{dflt[0]}+{dflt[1]}", gpu_graph_us=full,
+                             variants={f"{p}+{b}": v for (p, b), v in var.items()},
+                             tree_depth_hist=depth_hist, tree_max_depth=max_depth,
                              gpu_eager_us=eager, cpu_heap_us=cpu, speedup=cpu / full,
-                             row_sort_us=var[("row", "sort")], row_select_us=var[("row", "select")],
-                             chunked_sort_us=var[("chunked", "sort")],
-                             chunked_select_us=var[("chunked", "select")],
-                             radix_sort_us=var[("radix", "sort")], radix_select_us=var[("radix", "select")],
                              gpu_prep_radix_us=prep_radix,
                              gpu_prep_us=prep, gpu_prep_chunked_us=prep_chunked, torch_topk_us=topk_only,
                              lse_row_kernel_us=lse_only, tie_fix_row_kernel_us=tie_only,
                              chunked_prep_kernels_us=chunked_kernels,
-                             beam_kernel_us=beam, beam_select_us=beam_sel, label_count_us=lab_cnt,
+                             beam_kernel_us=beam, beam_select_us=beam_sel, beam_prune_us=beam_prune,
+                             label_count_us=lab_cnt,
                              tree_arrays_us=arrays, gpu_graph_torch_path_us=torch_arrays,
                              custom_mask_triton_us=mask_tri, custom_mask_torch_us=mask_tor))
-            print(f"bs={bs:3d} N={N:5d} default[{dflt[0]}+{dflt[1]}]={full:9.1f}us eager={eager:9.1f}us "
-                  f"row+sort={var[('row', 'sort')]:.1f} row+select={var[('row', 'select')]:.1f} "
-                  f"chunked+sort={var[('chunked', 'sort')]:.1f} chunked+select={var[('chunked', 'select')]:.1f} "
-                  f"radix+sort={var[('radix', 'sort')]:.1f} radix+select={var[('radix', 'select')]:.1f} "
-                  f"cpu_heap={cpu:11.1f}us x{cpu / full:7.1f} | prep row={prep:.1f} chunked={prep_chunked:.1f} radix={prep_radix:.1f} "
-                  f"topk={topk_only:.1f} lse_k={lse_only:.1f} tie_k={tie_only:.1f} chunked_k={chunked_kernels:.1f} | "
-                  f"beam sort={beam:.1f} select={beam_sel:.1f} label={lab_cnt:.1f} arrays={arrays:.1f} "
+            vtxt = " ".join(f"{p}+{b}={v:.1f}" for (p, b), v in var.items())
+            print(f"{kind} bs={bs:3d} N={N:5d} default[{dflt[0]}+{dflt[1]}]={full:9.1f}us eager={eager:9.1f}us "
+                  f"{vtxt} cpu_heap={cpu:11.1f}us x{cpu / full:7.1f} depth<={max_depth} | prep row={prep:.1f} "
+                  f"chunked={prep_chunked:.1f} radix={prep_radix:.1f} topk={topk_only:.1f} lse_k={lse_only:.1f} "
+                  f"tie_k={tie_only:.1f} chunked_k={chunked_kernels:.1f} | beam sort={beam:.1f} "
+                  f"select={beam_sel:.1f} prune={beam_prune:.1f} label={lab_cnt:.1f} arrays={arrays:.1f} "
                   f"all_torch={torch_arrays:.1f} mask1024 tri={mask_tri:.1f} torch={mask_tor:.1f}", flush=True)
     meta = dict(date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
                 device=torch.cuda.get_device_name(), torch=torch.__version__, L=L, V=V,
@@ -133,31 +143,32 @@ def main():
 
 
 def best(r):
-    return min(r[f"{p}_{b}_us"] for p in ("row", "chunked", "radix") for b in ("sort", "select"))
+    return min(r["variants"].values())
 
 
 def table(rows, meta):
+    names = list(rows[0]["variants"]) if rows else []
     out = [f"Tree build — {meta['device']}, {meta['date']}, torch {meta['torch']}, L={meta['L']}, "
            f"V={meta['V']}, bf16 logits, K=N; CPU heap on {meta['cpu_threads']} threads",
-           "", "| bs | N | default (variant) µs | row+sort µs | row+select µs | chunked+sort µs "
-           "| chunked+select µs | radix+sort µs | radix+select µs | eager µs | CPU heap µs "
-           "| speed-up (default) | speed-up (best) |",
-           "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+           "", "| logits | bs | N | tree depth | default (variant) µs | " + " | ".join(f"{n} µs" for n in names)
+           + " | eager µs | CPU heap µs | speed-up (default) | speed-up (best) |",
+           "|---|---:|---:|---:|---:|" + "---:|" * len(names) + "---:|---:|---:|---:|"]
     for r in rows:
-        out.append(f"| {r['bs']} | {r['N']} | {r['gpu_graph_us']:.1f} ({r['default']}) | "
-                   f"{r['row_sort_us']:.1f} | {r['row_select_us']:.1f} | {r['chunked_sort_us']:.1f} | "
-                   f"{r['chunked_select_us']:.1f} | {r['radix_sort_us']:.1f} | {r['radix_select_us']:.1f} | "
-                   f"{r['gpu_eager_us']:.1f} | {r['cpu_heap_us']:.0f} | {r['speedup']:.0f}x | "
+        out.append(f"| {r['kind']} | {r['bs']} | {r['N']} | {r['tree_max_depth']} | "
+                   f"{r['gpu_graph_us']:.1f} ({r['default']}) | "
+                   + " | ".join(f"{r['variants'][n]:.1f}" for n in names)
+                   + f" | {r['gpu_eager_us']:.1f} | {r['cpu_heap_us']:.0f} | {r['speedup']:.0f}x | "
                    f"{r['cpu_heap_us'] / best(r):.0f}x |")
-    out += ["", "| bs | N | prep row / chunked / radix µs | torch.topk µs | lse kernel / tie-fix kernel / "
-            "chunked kernels µs | beam sort / select µs | labels µs | tree arrays µs "
+    out += ["", "| logits | bs | N | prep row / chunked / radix µs | torch.topk µs | lse kernel / tie-fix kernel / "
+            "chunked kernels µs | beam sort / select / prune µs | labels µs | tree arrays µs "
             "| custom_mask Triton / torch µs |",
-            "|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+            "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
-        out.append(f"| {r['bs']} | {r['N']} | {r['gpu_prep_us']:.1f} / {r['gpu_prep_chunked_us']:.1f} / "
+        out.append(f"| {r['kind']} | {r['bs']} | {r['N']} | {r['gpu_prep_us']:.1f} / {r['gpu_prep_chunked_us']:.1f} / "
                    f"{r['gpu_prep_radix_us']:.1f} | "
                    f"{r['torch_topk_us']:.1f} | {r['lse_row_kernel_us']:.1f} / {r['tie_fix_row_kernel_us']:.1f} / "
-                   f"{r['chunked_prep_kernels_us']:.1f} | {r['beam_kernel_us']:.1f} / {r['beam_select_us']:.1f} | "
+                   f"{r['chunked_prep_kernels_us']:.1f} | {r['beam_kernel_us']:.1f} / {r['beam_select_us']:.1f} / "
+                   f"{r['beam_prune_us']:.1f} | "
                    f"{r['label_count_us']:.1f} | {r['tree_arrays_us']:.1f} | {r['custom_mask_triton_us']:.1f} / "
                    f"{r['custom_mask_torch_us']:.1f} |")
     return "\n".join(out)

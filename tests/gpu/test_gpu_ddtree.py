@@ -17,24 +17,22 @@ from patchsets.ddtree.modules.ddtree_tree import (
     tree_positions,
 )
 
+from tests.support.ddtree import assert_prune_beam_matches, draft_logits  # noqa: E402
+
 FIELDS = ("tokens", "parents", "depths", "valid", "scores")
 DEV = "cuda"
 pytestmark = pytest.mark.gpu
 
 
 def logits(seed, bs, L, V, dtype, kind="normal"):
-    g = torch.Generator().manual_seed(seed)
-    if kind == "ties":
-        x = torch.randint(-2, 3, (bs, L, V), generator=g).float()
-    else:
-        x = torch.randn(bs, L, V, generator=g) * 3
-    return x.to(dtype)
+    return draft_logits(seed, bs, L, V, dtype, kind=kind)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("V,N,K,kind", [
     (64, 16, 16, "normal"), (64, 200, 50, "ties"), (1000, 512, 512, "normal"),
     (151_936, 256, 256, "normal"), (151_936, 1024, 1024, "normal"), (151_936, 64, 8, "ties"),
+    (151_936, 512, 512, "peaked"), (4096, 1024, 1024, "peaked"),
 ])
 def test_cuda_tree_equals_cpu_reference(dtype, V, N, K, kind):
     bs, L = 3, 15
@@ -54,7 +52,7 @@ def test_cuda_tree_equals_cpu_reference(dtype, V, N, K, kind):
     # the selection beam (beam="select") and the chunk-parallel prep (prep="chunked") give the
     # reference tree too (each fed the log-sum-exp its own prep computed)
     for prep, beam in (("row", "select"), ("chunked", "select"), ("chunked", "sort"),
-                       ("radix", "select"), ("radix", "sort")):
+                       ("radix", "select"), ("radix", "sort"), ("radix", "prune"), ("chunked", "prune")):
         t2 = build_ddtree(x.to(DEV), torch.tensor([1, 2, 3], device=DEV), N, K,
                           request_budget=rb.to(DEV), use_triton=True, prep=prep, beam=beam)
         _, ids_v, lse_v = draft_topk(x.to(DEV), K, use_triton=True, prep=prep)
@@ -114,9 +112,14 @@ def test_triton_paths_equal_torch(N):
     ci, ck = candidate_pairs(N, lp.shape[-1], lp.device)
     for a, b in zip(_beam_search(lp, N), KR.beam_triton(lp, N, ci, ck)[:4]):
         assert torch.equal(a, b)
-    # selection beam == sort beam, gtop included
-    for a, b in zip(KR.beam_triton(lp, N, ci, ck), KR.beam_select_triton(lp, N, ci, ck)):
+    # selection beam == sort beam, gtop included; pruned beam == sort beam where it survives
+    full = KR.beam_triton(lp, N, ci, ck)
+    for a, b in zip(full, KR.beam_select_triton(lp, N, ci, ck)):
         assert torch.equal(a, b)
+    assert_prune_beam_matches(full, KR.beam_prune_triton(lp, N, ci, ck))
+    xp = logits(N + 7, bs, L, V, torch.bfloat16, "peaked").to(DEV)
+    lpp, _, _ = draft_topk(xp, N, use_triton=True)
+    assert_prune_beam_matches(KR.beam_triton(lpp, N, ci, ck), KR.beam_prune_triton(lpp, N, ci, ck))
     ts = build_ddtree(x, torch.arange(bs, device=DEV), N, N, request_budget=rb, use_triton=True,
                       beam="select")
     t = build_ddtree(x, torch.arange(bs, device=DEV), N, N, request_budget=rb, use_triton=True)
@@ -173,7 +176,10 @@ def test_cuda_graph_capture_replay_equals_eager(bs, N, V, use_triton):
 
     def fill(seed):
         g = torch.Generator(device=DEV).manual_seed(seed)
-        x.copy_(torch.randn(bs, L, V, generator=g, device=DEV) * 3)
+        if seed % 2:
+            x.copy_(torch.randn(bs, L, V, generator=g, device=DEV) * 3)
+        else:  # deep trees: the pruned beam works through many depths
+            x.copy_(draft_logits(seed, bs, L, V, kind="peaked"))
         roots.copy_(torch.randint(0, V, (bs,), generator=g, device=DEV))
         rb.copy_(torch.randint(1, N + 1, (bs,), generator=g, device=DEV))
         pl.copy_(torch.randint(0, 200, (bs,), generator=g, device=DEV))
@@ -214,7 +220,7 @@ def test_select_chunked_graph_replay_equals_eager(bs, N, prep):
 
     def run():
         out = []
-        for beam in ("select", "sort"):
+        for beam in ("select", "sort", "prune"):
             t = build_ddtree(x, roots, N, N, request_budget=rb, use_triton=True, prep=prep, beam=beam)
             out += [getattr(t, f) for f in FIELDS + ("retrieve_next_token", "tree_mask", "num_nodes")]
         return out
@@ -243,5 +249,5 @@ def test_select_chunked_graph_replay_equals_eager(bs, N, prep):
             assert torch.equal(a, b)
         old = build_ddtree(x, roots, N, N, request_budget=rb, use_triton=True, prep=prep,
                            beam="sort")
-        for a, f in zip(got, 2 * (FIELDS + ("retrieve_next_token", "tree_mask", "num_nodes"))):
+        for a, f in zip(got, 3 * (FIELDS + ("retrieve_next_token", "tree_mask", "num_nodes"))):
             assert torch.equal(a, getattr(old, f)), f

@@ -19,6 +19,7 @@ from patchsets.ddtree.modules import ddtree_kernels as KR  # noqa: E402
 
 pytestmark = pytest.mark.slow  # the interpreter is slow (~4 min for this file)
 from patchsets.ddtree.modules.ddtree_accept import greedy_accept  # noqa: E402
+from tests.support.ddtree import KINDS, assert_prune_beam_matches, draft_logits  # noqa: E402
 from patchsets.ddtree.modules.ddtree_tree import (  # noqa: E402
     build_custom_mask,
     build_ddtree,
@@ -52,7 +53,7 @@ def test_triton_kernels_equal_torch(seed):
 # Small sizes on purpose: the interpreter runs tl.sort slowly (the GPU run covers N up to 1024).
 @pytest.mark.parametrize("seed,L,V,N,K,kind", [
     (0, 1, 16, 5, 5, "normal"), (1, 4, 12, 20, 6, "ties"), (3, 15, 40, 8, 8, "normal"),
-    (4, 3, 3, 40, 40, "ties"), (5, 3, 64, 24, 24, "bf16"),
+    (4, 3, 3, 40, 40, "ties"), (5, 3, 64, 24, 24, "bf16"), (6, 6, 50, 30, 30, "peaked"),
 ])
 def test_triton_tree_path_equals_reference(seed, L, V, N, K, kind):
     from patchsets.ddtree.modules.ddtree_reference import build_tree_reference, reference_labelled
@@ -64,6 +65,8 @@ def test_triton_tree_path_equals_reference(seed, L, V, N, K, kind):
         x = torch.randint(-2, 3, (bs, L, V), generator=g).float()
     elif kind == "bf16":
         x = (torch.randn(bs, L, V, generator=g) * 2).to(torch.bfloat16)
+    elif kind == "peaked":
+        x = draft_logits(seed, bs, L, V, kind="peaked")
     else:
         x = torch.randn(bs, L, V, generator=g) * 3
     rb = torch.tensor([N, N // 2, 0])
@@ -87,6 +90,8 @@ def test_triton_tree_path_equals_reference(seed, L, V, N, K, kind):
     # selection beam == sort beam (gtop included)
     for a, b in zip(got_beam, KR.beam_select_triton(lp_t, N, ci, ck)):
         assert torch.equal(a, b)
+    # pruned beam == sort beam on every surviving entry
+    assert_prune_beam_matches(got_beam, KR.beam_prune_triton(lp_t, N, ci, ck))
     tree = build_ddtree(x, roots, N, K, request_budget=rb, use_triton=True)
     for b in range(bs):
         ref = build_tree_reference(x[b], int(rb[b]), K, lse=lse_t[b])
@@ -94,10 +99,11 @@ def test_triton_tree_path_equals_reference(seed, L, V, N, K, kind):
         for f in ("tokens", "parents", "depths", "valid", "scores"):
             assert torch.equal(getattr(tree, f)[b], want[f]), (b, f, getattr(tree, f)[b], want[f])
         assert int(tree.num_nodes[b]) == ref.num_nodes
-    sel_tree = build_ddtree(x, roots, N, K, request_budget=rb, use_triton=True, beam="select")
-    for f in ("tokens", "parents", "depths", "valid", "scores", "num_nodes", "retrieve_next_token",
-              "retrieve_next_sibling", "tree_mask"):
-        assert torch.equal(getattr(sel_tree, f), getattr(tree, f)), ("select", f)
+    for beam in ("select", "prune", "sort"):
+        other = build_ddtree(x, roots, N, K, request_budget=rb, use_triton=True, beam=beam)
+        for f in ("tokens", "parents", "depths", "valid", "scores", "num_nodes", "retrieve_next_token",
+                  "retrieve_next_sibling", "tree_mask"):
+            assert torch.equal(getattr(other, f), getattr(tree, f)), (beam, f)
     torch_tree = build_ddtree(x, roots, N, K, request_budget=rb, use_triton=False)
     for f in ("retrieve_next_token", "retrieve_next_sibling", "tree_mask"):
         # same node set up to lse rounding: compare only when the trees agree on parents
@@ -113,8 +119,9 @@ from hypothesis import strategies as st  # noqa: E402
 @given(seed=st.integers(0, 2**31 - 1), L=st.integers(1, 5), V=st.integers(2, 300),
        N=st.integers(1, 90), kf=st.floats(0.05, 1.0), ties=st.booleans())
 def test_select_beam_and_radix_prep_property(seed, L, V, N, kf, ties):
-    """Property: the selection beam equals the sorting beam (all outputs, gtop included) and the
-    radix prep gives the torch tie-rule ids (bf16, random and heavily tied logits, K <= N)."""
+    """Property: the selection beam equals the sorting beam (all outputs, gtop included), the
+    pruned beam equals it on every surviving entry, and the radix prep gives the torch tie-rule
+    ids (bf16, random and heavily tied logits, K <= N)."""
     from patchsets.ddtree.modules.ddtree_tree import candidate_pairs, draft_topk
 
     g = torch.Generator().manual_seed(seed)
@@ -125,5 +132,80 @@ def test_select_beam_and_radix_prep_property(seed, L, V, N, kf, ties):
     _, ids_c, _ = draft_topk(x, K, use_triton=False)
     assert torch.equal(ids_r, ids_c)
     ci, ck = candidate_pairs(N, lp_r.shape[-1], "cpu")
-    for a, b in zip(KR.beam_triton(lp_r, N, ci, ck), KR.beam_select_triton(lp_r, N, ci, ck)):
+    full = KR.beam_triton(lp_r, N, ci, ck)
+    for a, b in zip(full, KR.beam_select_triton(lp_r, N, ci, ck)):
         assert torch.equal(a, b)
+    assert_prune_beam_matches(full, KR.beam_prune_triton(lp_r, N, ci, ck))
+
+
+@settings(max_examples=10, deadline=None, suppress_health_check=list(HealthCheck))
+@given(seed=st.integers(0, 2**31 - 1), L=st.integers(1, 8), V=st.integers(2, 200),
+       N=st.integers(1, 64), kf=st.floats(0.05, 1.0), kind=st.sampled_from(KINDS))
+def test_pruned_beam_property(seed, L, V, N, kf, kind):
+    """Property: the pruned beam (the heap's early stop) equals the sorting beam on every
+    surviving entry and builds the identical tree — flat, peaked (deep trees) and tied logits,
+    per-request budgets, K <= N."""
+    from patchsets.ddtree.modules.ddtree_tree import build_ddtree_from_topk, candidate_pairs, draft_topk
+
+    K = max(1, int(N * kf))
+    x = draft_logits(seed, 3, L, V, kind=kind)
+    lp, ids, _ = draft_topk(x, K, use_triton=False)
+    ci, ck = candidate_pairs(N, lp.shape[-1], "cpu")
+    assert_prune_beam_matches(KR.beam_triton(lp, N, ci, ck), KR.beam_prune_triton(lp, N, ci, ck))
+    rb = torch.tensor([N, max(0, N // 2), 1])
+    roots = torch.tensor([4, 5, 6])
+    want = build_ddtree_from_topk(lp, ids, roots, N, rb, use_triton=True, beam="sort")
+    got = build_ddtree_from_topk(lp, ids, roots, N, rb, use_triton=True, beam="prune")
+    for f in ("tokens", "parents", "depths", "valid", "scores", "num_nodes", "tree_mask"):
+        assert torch.equal(getattr(got, f), getattr(want, f)), f
+
+
+# Radix prep over (row, program) grids: small chunks so that a few hundred columns make many
+# chunks and several per program (NCH 19 is prime: P 2, 3, 5 leave a shorter last program).
+@pytest.mark.parametrize("seed,R,V,chunk,kind", [
+    (0, 2, 300, 16, "normal"),  # NCH 19
+    (1, 2, 257, 16, "ties"),  # NCH 17, the last chunk holds one column
+    (2, 2, 300, 16, "ties"),  # NCH 19; each value ~60 times per row: the K-th value's run
+                              # spans programs and chunks
+    (3, 2, 200, 64, "ties"),  # NCH 4
+    (4, 2, 150, 16, "inf"),  # 30% -inf; k = V selects them too
+])
+def test_radix_prep_programs_per_row(seed, R, V, chunk, kind):
+    """topk_radix_triton for P = 1, 2, 3, 5 and the default (NCH): ids in the tie-rule order
+    (value desc, id asc; torch's stable descending sort), lp == min(x - lse, 0), and lse
+    bit-identical across P and k (the same per-chunk partials) and close to torch.logsumexp."""
+    g = torch.Generator().manual_seed(seed)
+    if kind == "ties":
+        x = torch.randint(-2, 3, (R, V), generator=g).float()
+    else:
+        x = torch.randn(R, V, generator=g) * 3
+        if kind == "inf":
+            x[torch.rand(R, V, generator=g) < 0.3] = float("-inf")
+    x = x.to(torch.bfloat16)
+    xf = x.float()
+    order = torch.sort(xf, dim=-1, descending=True, stable=True).indices
+    lse0 = None
+    for k in (1, V // 3, V):
+        for P in (None, 1, 2, 3, 5):
+            lp, ids, lse = KR.topk_radix_triton(x, k, chunk=chunk, programs_per_row=P)
+            assert torch.equal(ids, order[:, :k]), (k, P)
+            assert torch.equal(lp, torch.clamp(xf.gather(1, ids) - lse[:, None], max=0.0)), (k, P)
+            lse0 = lse if lse0 is None else lse0
+            assert torch.equal(lse, lse0), (k, P)
+    torch.testing.assert_close(lse0, torch.logsumexp(xf, dim=-1), rtol=0, atol=1e-5)
+
+
+def test_radix_programs_and_errors():
+    """(P, T) from programs_per_row (clamped to [1, NCH], no empty program); bad arguments raise."""
+    assert KR._rk_programs(38) == (38, 1)
+    assert KR._rk_programs(38, 3) == (3, 13)
+    assert KR._rk_programs(19, 4) == (4, 5)
+    assert KR._rk_programs(19, 6) == (5, 4)  # T = 4 fills 19 chunks with 5 programs
+    assert KR._rk_programs(19, 100) == (19, 1)
+    x = torch.zeros(2, 40, dtype=torch.bfloat16)
+    for kw in (dict(k=0), dict(k=41), dict(k=3, programs_per_row=0), dict(k=3, chunk=24),
+               dict(k=3, chunk=32768), dict(k=3, chunk=8)):
+        with pytest.raises(ValueError):
+            KR.topk_radix_triton(x, **kw)
+    with pytest.raises(ValueError):
+        KR.topk_radix_triton(x.float(), 3)

@@ -62,8 +62,6 @@ DEFAULT_BEAM: Optional[str] = None
 # Measured crossovers (bench/RESULTS.md, H200 run 2026-11-30 06:50, V = 151,936, L = 15, K = N).
 _CHUNKED_PREP_MAX_ROWS = 120  # chunked vs row prep (measured on bf16): 2.3x at 15 rows, 1.15x
                               # at 120, 0.95x at 960
-_SELECT_BEAM_MIN_BUDGET = 256  # beam kernel: sort 24/80 us vs select 82/126 us at N 16/64;
-                               # select 209/364/678 us vs sort 526/1347/3478 us at N 256/512/1024
 
 
 def prefer_prep(rows: int, dtype: Optional[torch.dtype] = None) -> str:
@@ -82,12 +80,13 @@ def prefer_prep(rows: int, dtype: Optional[torch.dtype] = None) -> str:
 
 
 def prefer_beam(budget: int) -> str:
-    """Triton beam variant for budget N: "select" (threshold search + sort of the N survivors)
-    from N = 256 on (2.5-5x faster there), else "sort" (full per-depth tl.sort; faster for
-    N <= 64; budgets between 64 and 256 were not measured and keep "sort")."""
+    """Triton beam variant for budget N: "prune" (the heap's early stop: per depth only the
+    candidates still able to enter the global top-N). H200, bs 1 / 64, N 256 / 512 (bench/RESULTS.md,
+    2026-11-30 08:55): prune 17-35 us on flat logits (trees of depth <= 3) and 111-249 us on
+    peaked ones (depth 15), against 210-366 us for "select" and 527-1,354 us for "sort"."""
     if DEFAULT_BEAM is not None:
         return DEFAULT_BEAM
-    return "select" if budget >= _SELECT_BEAM_MIN_BUDGET else "sort"
+    return "prune"
 
 
 # The low bits of a packed sort key hold a tie-break index; N * L and the candidate count must fit.
@@ -455,8 +454,10 @@ def build_ddtree_from_topk(
       beam: Triton path only — "sort" (``beam_triton``: per depth a full ``tl.sort`` of the
         ~N H(N) candidate keys and a merge sort for the global order) or "select"
         (``beam_select_triton``: a 5-ary threshold search for the N-th key, compaction, a sort of
-        the N survivors only; one selection for the global order). Identical results. None =
-        ``prefer_beam(budget)``. Labels come from per-parent counts (``label_count_triton``).
+        the N survivors only; one selection for the global order) or "prune"
+        (``beam_prune_triton``: per depth only the candidates that can still be in the global
+        top-N, the best-first heap's early stop; a depth with no survivor ends the work).
+        Identical trees. None = ``prefer_beam(budget)``. Labels come from per-parent counts (``label_count_triton``).
       DDTree, identical to ``build_ddtree`` on logits whose ``draft_topk`` gives (lp, ids).
     """
     if lp.dim() != 3 or ids.shape != lp.shape:
@@ -480,14 +481,14 @@ def build_ddtree_from_topk(
     else:
         nb = request_budget.to(device=dev, dtype=torch.int64).clamp(0, N)
     beam = prefer_beam(N) if beam is None else beam
-    if beam not in ("sort", "select"):
-        raise ValueError(f"beam must be 'sort' or 'select', got {beam!r}")
+    if beam not in ("sort", "select", "prune"):
+        raise ValueError(f"beam must be 'sort', 'select' or 'prune', got {beam!r}")
     if use_triton:
-        from .ddtree_kernels import (beam_select_triton, beam_triton, label_count_triton,
-                                     tree_arrays_triton)
+        from .ddtree_kernels import (beam_prune_triton, beam_select_triton, beam_triton,
+                                     label_count_triton, tree_arrays_triton)
 
         ci, ck = candidate_pairs(N, K, dev)
-        beam_fn = beam_select_triton if beam == "select" else beam_triton
+        beam_fn = {"sort": beam_triton, "select": beam_select_triton, "prune": beam_prune_triton}[beam]
         score, bvalid, bparent, brank, gtop = beam_fn(lp, N, ci, ck)
         tokens, parents, depths, valid, scores, num_nodes = label_count_triton(
             gtop, nb, root_tokens, ids, score, bparent, brank, N)
