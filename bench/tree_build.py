@@ -16,6 +16,7 @@ import datetime
 import json
 import os
 import sys
+import time
 
 import torch
 
@@ -39,7 +40,7 @@ from patchsets.ddtree.modules.ddtree_tree import (  # noqa: E402
 )
 from tests.support.ddtree import KINDS, draft_logits  # noqa: E402
 
-PREPS = ("row", "chunked", "radix")
+PREPS = ("row", "chunked", "radix", "bound")
 BEAMS = ("sort", "select", "prune")
 
 
@@ -55,7 +56,11 @@ def main():
     ap.add_argument("--out", default=None)
     ap.add_argument("--kinds", default="normal,peaked",
                     help=f"draft logits kinds, from {KINDS} (tests/support/ddtree.py)")
-    ap.add_argument("--preps", default="chunked,radix", help=f"Triton prep variants timed, from {PREPS}")
+    ap.add_argument("--max-seconds", type=float, default=0.0,
+                    help="stop starting new configurations after this many seconds (0: no limit)")
+    ap.add_argument("--components", action="store_true",
+                    help="also time the older prep pieces (row / chunked kernels, torch.topk alone)")
+    ap.add_argument("--preps", default="radix,bound", help=f"Triton prep variants timed, from {PREPS}")
     ap.add_argument("--no-torch-path", action="store_true",
                     help="skip timing the all-torch path (recorded in bench/RESULTS.md)")
     a = ap.parse_args()
@@ -63,12 +68,19 @@ def main():
     L, V = a.depth, a.vocab
     rows = []
     preps = [p for p in a.preps.split(",") if p]
+    t_start = time.monotonic()
     for kind, bs in [(k, int(v)) for k in a.kinds.split(",") for v in a.bs.split(",")]:
+        if a.max_seconds and time.monotonic() - t_start > a.max_seconds:
+            print(f"(stopped after {a.max_seconds:.0f} s: kind={kind} bs={bs} and later not run)")
+            break
         x = draft_logits(bs, bs, L, V, torch.bfloat16, kind=kind, device=dev)
         roots = torch.randint(0, V, (bs,), device=dev)
         x_cpu = x.cpu()
         x2 = x.reshape(bs * L, V)
         for N in [int(v) for v in a.budgets.split(",")]:
+            if a.max_seconds and time.monotonic() - t_start > a.max_seconds:
+                print(f"(stopped after {a.max_seconds:.0f} s: kind={kind} bs={bs} N={N} and later not run)")
+                break
             g = lambda fn, reps=50: gpu_graph_median_us(fn, reps=reps)  # noqa: E731
             var = {}
             for pr in preps:
@@ -78,14 +90,18 @@ def main():
             dflt = (prefer_prep(bs * L, x.dtype), prefer_beam(N))
             full = var[dflt] if dflt in var else g(lambda: build_ddtree(x, roots, N, N))
             eager = gpu_eager_median_us(lambda: build_ddtree(x, roots, N, N), reps=10)
-            prep = g(lambda: draft_topk(x, N, prep="row"))
-            prep_chunked = g(lambda: draft_topk(x, N, prep="chunked"))
             prep_radix = g(lambda: draft_topk(x, N, prep="radix"))
-            topk_only = g(lambda: torch.topk(x, N, dim=-1))
-            vals, ids0 = torch.topk(x2, N, dim=-1)
-            lse_only = g(lambda: lse_triton(x2))
-            tie_only = g(lambda: tie_fix_triton(x2, vals, ids0))
-            chunked_kernels = g(lambda: prep_chunked_triton(x2, vals, ids0, True))
+            prep_bound = g(lambda: draft_topk(x, N, prep="bound"))
+            nan = float("nan")
+            prep = prep_chunked = topk_only = lse_only = tie_only = chunked_kernels = nan
+            if a.components:
+                prep = g(lambda: draft_topk(x, N, prep="row"))
+                prep_chunked = g(lambda: draft_topk(x, N, prep="chunked"))
+                topk_only = g(lambda: torch.topk(x, N, dim=-1))
+                vals, ids0 = torch.topk(x2, N, dim=-1)
+                lse_only = g(lambda: lse_triton(x2))
+                tie_only = g(lambda: tie_fix_triton(x2, vals, ids0))
+                chunked_kernels = g(lambda: prep_chunked_triton(x2, vals, ids0, True))
             lp, lp_ids, _ = draft_topk(x, N)
             ci, ck = candidate_pairs(N, lp.shape[-1], lp.device)
             beam = g(lambda: beam_triton(lp, N, ci, ck))
@@ -118,7 +134,7 @@ def main():
                              variants={f"{p}+{b}": v for (p, b), v in var.items()},
                              tree_depth_hist=depth_hist, tree_max_depth=max_depth,
                              gpu_eager_us=eager, cpu_heap_us=cpu, speedup=cpu / full,
-                             gpu_prep_radix_us=prep_radix,
+                             gpu_prep_radix_us=prep_radix, gpu_prep_bound_us=prep_bound,
                              gpu_prep_us=prep, gpu_prep_chunked_us=prep_chunked, torch_topk_us=topk_only,
                              lse_row_kernel_us=lse_only, tie_fix_row_kernel_us=tie_only,
                              chunked_prep_kernels_us=chunked_kernels,
@@ -129,7 +145,7 @@ def main():
             vtxt = " ".join(f"{p}+{b}={v:.1f}" for (p, b), v in var.items())
             print(f"{kind} bs={bs:3d} N={N:5d} default[{dflt[0]}+{dflt[1]}]={full:9.1f}us eager={eager:9.1f}us "
                   f"{vtxt} cpu_heap={cpu:11.1f}us x{cpu / full:7.1f} depth<={max_depth} | prep row={prep:.1f} "
-                  f"chunked={prep_chunked:.1f} radix={prep_radix:.1f} topk={topk_only:.1f} lse_k={lse_only:.1f} "
+                  f"chunked={prep_chunked:.1f} radix={prep_radix:.1f} bound={prep_bound:.1f} topk={topk_only:.1f} lse_k={lse_only:.1f} "
                   f"tie_k={tie_only:.1f} chunked_k={chunked_kernels:.1f} | beam sort={beam:.1f} "
                   f"select={beam_sel:.1f} prune={beam_prune:.1f} label={lab_cnt:.1f} arrays={arrays:.1f} "
                   f"all_torch={torch_arrays:.1f} mask1024 tri={mask_tri:.1f} torch={mask_tor:.1f}", flush=True)
@@ -159,13 +175,13 @@ def table(rows, meta):
                    + " | ".join(f"{r['variants'][n]:.1f}" for n in names)
                    + f" | {r['gpu_eager_us']:.1f} | {r['cpu_heap_us']:.0f} | {r['speedup']:.0f}x | "
                    f"{r['cpu_heap_us'] / best(r):.0f}x |")
-    out += ["", "| logits | bs | N | prep row / chunked / radix µs | torch.topk µs | lse kernel / tie-fix kernel / "
+    out += ["", "| logits | bs | N | prep row / chunked / radix / bound µs | torch.topk µs | lse kernel / tie-fix kernel / "
             "chunked kernels µs | beam sort / select / prune µs | labels µs | tree arrays µs "
             "| custom_mask Triton / torch µs |",
             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
         out.append(f"| {r['kind']} | {r['bs']} | {r['N']} | {r['gpu_prep_us']:.1f} / {r['gpu_prep_chunked_us']:.1f} / "
-                   f"{r['gpu_prep_radix_us']:.1f} | "
+                   f"{r['gpu_prep_radix_us']:.1f} / {r['gpu_prep_bound_us']:.1f} | "
                    f"{r['torch_topk_us']:.1f} | {r['lse_row_kernel_us']:.1f} / {r['tie_fix_row_kernel_us']:.1f} / "
                    f"{r['chunked_prep_kernels_us']:.1f} | {r['beam_kernel_us']:.1f} / {r['beam_select_us']:.1f} / "
                    f"{r['beam_prune_us']:.1f} | "

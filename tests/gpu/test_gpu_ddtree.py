@@ -251,3 +251,23 @@ def test_select_chunked_graph_replay_equals_eager(bs, N, prep):
                            beam="sort")
         for a, f in zip(got, 3 * (FIELDS + ("retrieve_next_token", "tree_mask", "num_nodes"))):
             assert torch.equal(a, getattr(old, f)), f
+
+
+@pytest.mark.parametrize("kind", ["normal", "peaked", "ties"])
+def test_bound_prep_equals_radix_at_scale(kind):
+    """prep="bound" (sub-block maxima bound, candidates only; overflowing rows redone by the gated
+    radix passes) == prep="radix" bit for bit at bs 64 x L 15 rows of V = 151,936 (ties overflow
+    the candidate cap and take the fallback), and the trees built from both are identical."""
+    from patchsets.ddtree.modules import ddtree_kernels as KR
+
+    x = logits(11, 64, 15, 151_936, torch.bfloat16, kind).to(DEV).reshape(960, 151_936)
+    for k in (16, 256, 1024):
+        a, b = KR.topk_bound_triton(x, k), KR.topk_radix_triton(x, k)
+        for u, v, name in zip(a, b, ("lp", "ids", "lse")):
+            assert torch.equal(u, v), (kind, k, name)
+    x3 = x.view(64, 15, 151_936)[:8]
+    roots = torch.arange(8, device=DEV)
+    t1 = build_ddtree(x3, roots, 512, 512, use_triton=True, prep="bound", beam="prune")
+    t2 = build_ddtree(x3, roots, 512, 512, use_triton=True, prep="radix", beam="sort")
+    for f in FIELDS + ("retrieve_next_token", "retrieve_next_sibling", "tree_mask", "num_nodes"):
+        assert torch.equal(getattr(t1, f), getattr(t2, f)), (kind, f)

@@ -209,3 +209,34 @@ def test_radix_programs_and_errors():
             KR.topk_radix_triton(x, **kw)
     with pytest.raises(ValueError):
         KR.topk_radix_triton(x.float(), 3)
+
+
+@settings(max_examples=10, deadline=None, suppress_health_check=list(HealthCheck))
+@given(seed=st.integers(0, 2**31 - 1), rows=st.integers(1, 4), V=st.integers(1, 400),
+       kf=st.floats(0.0, 1.0), kind=st.sampled_from(KINDS), sub=st.sampled_from([1, 8, 64]),
+       cap_extra=st.sampled_from([None, 0, 3]))
+def test_bound_prep_property(seed, rows, V, kf, kind, sub, cap_extra):
+    """Property: the bound prep (sub-block maxima bound the K-th value, only candidates sorted,
+    overflowing rows redone by the gated radix passes) gives the tie-rule ids and exactly the
+    radix prep's lp and lse — flat, peaked and tied bf16 logits, -inf entries, small caps that
+    force the fallback on some rows."""
+    k = max(1, min(V, int(round(V * kf))))
+    x = draft_logits(seed, 1, rows, V, torch.bfloat16, kind=kind)[0]
+    if seed % 3 == 0:
+        x[:, : V // 4] = float("-inf")
+    cap = None if cap_extra is None else k + cap_extra
+    lp, ids, lse = KR.topk_bound_triton(x, k, chunk=64, sub_block=sub, cap=cap)
+    want = torch.sort(-x.float(), dim=-1, stable=True).indices[:, :k]
+    assert torch.equal(ids, want)
+    lp2, ids2, lse2 = KR.topk_radix_triton(x, k, chunk=64)
+    assert torch.equal(ids2, want) and torch.equal(lse, lse2) and torch.equal(lp, lp2)
+
+
+def test_bound_prep_errors():
+    x = torch.zeros(2, 100, dtype=torch.bfloat16)
+    for kw, msg in ((dict(k=0), "1 <= k"), (dict(k=5, chunk=100), "chunk"),
+                    (dict(k=5, sub_block=3), "sub_block"), (dict(k=5, cap=4), "cap")):
+        with pytest.raises(ValueError, match=msg):
+            KR.topk_bound_triton(x, **kw)
+    with pytest.raises(ValueError, match="bf16"):
+        KR.topk_bound_triton(x.float(), 5)

@@ -2,10 +2,13 @@
 
 | kernel                     | torch twin                                | H200 result (bench/RESULTS.md)      |
 |----------------------------|-------------------------------------------|-------------------------------------|
-| ``topk_radix_triton``      | ``torch.topk`` + lse + tie fix (bf16/fp16) | default prep for bf16: 50-56 us at  |
+| ``topk_radix_triton``      | ``torch.topk`` + lse + tie fix (bf16/fp16) | was the default: 50-56 us at        |
 |                            | (3 passes over (row, program) grids, P    | bs 1, 1.56-1.61 ms at bs 64 (was    |
 |                            | programs per row looping over chunks)     | 59-66 us / 2.0-2.05 ms; row prep    |
 |                            |                                           | 340-381 us at bs 1)                 |
+| ``topk_bound_triton``      | same; sub-block maxima bound the K-th     | default prep for bf16: 36-46 us at  |
+|                            | value, only candidates sorted (radix      | bs 1, 618-691 us at bs 64 (radix    |
+|                            | passes redo overflowing rows)             | 48-50 us / 1.57-1.59 ms)            |
 | ``lse_triton``             | ``torch.logsumexp(x.float())``            | "row" prep (one program per row)    |
 | ``tie_fix_triton``         | full-vocabulary int32 ``where`` + topk    | "row" prep                          |
 | ``prep_chunked_triton``    | (both of the above, (row, chunk) grid)    | "chunked": 2.3x "row" at bs 1       |
@@ -48,6 +51,7 @@ __all__ = [
     "beam_prune_triton",
     "label_count_triton",
     "topk_radix_triton",
+    "topk_bound_triton",
 ]
 
 
@@ -1027,11 +1031,14 @@ def _ord16(x):
 
 
 @triton.jit
-def _rk_pass_a(x_ptr, pm_ptr, ps_ptr, h_ptr, NCH, V: tl.constexpr, CH: tl.constexpr,
-               T: tl.constexpr):
+def _rk_pass_a(x_ptr, pm_ptr, ps_ptr, h_ptr, NCH, gate_ptr, CAP, V: tl.constexpr, CH: tl.constexpr,
+               T: tl.constexpr, GATED: tl.constexpr):
     """Grid (R, P). Per chunk: max pm / sum of exp(x - max) ps ([R, NCH] f32); per program: the
     high-byte histogram of its T chunks (h [R, P, 256] int32)."""
     row = tl.program_id(0).to(tl.int64)
+    if GATED:  # fallback of topk_bound_triton: only the rows whose candidates overflowed
+        if tl.load(gate_ptr + row) <= CAP:
+            return
     p = tl.program_id(1)
     h = tl.zeros([256], dtype=tl.int32)
     for j in range(T):
@@ -1050,11 +1057,14 @@ def _rk_pass_a(x_ptr, pm_ptr, ps_ptr, h_ptr, NCH, V: tl.constexpr, CH: tl.conste
 
 
 @triton.jit
-def _rk_combine_a(pm_ptr, ps_ptr, h_ptr, lse_ptr, b1_ptr, ab_ptr, K, NCH, P, NCHP: tl.constexpr,
-                  PP: tl.constexpr):
+def _rk_combine_a(pm_ptr, ps_ptr, h_ptr, lse_ptr, b1_ptr, ab_ptr, K, NCH, P, gate_ptr, CAP,
+                  NCHP: tl.constexpr, PP: tl.constexpr, GATED: tl.constexpr):
     """Grid (R,). lse [R] f32 from the per-chunk partials; high byte b1 of the K-th value and
     ab = #(elements with high byte > b1) ([R] int32) from the P per-program histograms."""
     row = tl.program_id(0).to(tl.int64)
+    if GATED:  # fallback of topk_bound_triton: only the rows whose candidates overflowed
+        if tl.load(gate_ptr + row) <= CAP:
+            return
     o = tl.arange(0, NCHP)
     om = o < NCH
     pm = tl.load(pm_ptr + row * NCH + o, mask=om, other=float("-inf"))
@@ -1073,10 +1083,14 @@ def _rk_combine_a(pm_ptr, ps_ptr, h_ptr, lse_ptr, b1_ptr, ab_ptr, K, NCH, P, NCH
 
 
 @triton.jit
-def _rk_pass_b(x_ptr, b1_ptr, h_ptr, cg_ptr, V: tl.constexpr, CH: tl.constexpr, T: tl.constexpr):
+def _rk_pass_b(x_ptr, b1_ptr, h_ptr, cg_ptr, gate_ptr, CAP, V: tl.constexpr, CH: tl.constexpr,
+               T: tl.constexpr, GATED: tl.constexpr):
     """Grid (R, P). Per program, over its T chunks: the low-byte histogram of the elements in
     high-byte bin b1 (h [R, P, 256] int32) and the count of high byte > b1 (cg [R, P] int32)."""
     row = tl.program_id(0).to(tl.int64)
+    if GATED:  # fallback of topk_bound_triton: only the rows whose candidates overflowed
+        if tl.load(gate_ptr + row) <= CAP:
+            return
     p = tl.program_id(1)
     b1 = tl.load(b1_ptr + row)
     h = tl.zeros([256], dtype=tl.int32)
@@ -1096,10 +1110,13 @@ def _rk_pass_b(x_ptr, b1_ptr, h_ptr, cg_ptr, V: tl.constexpr, CH: tl.constexpr, 
 
 @triton.jit
 def _rk_combine_b(b1_ptr, ab_ptr, h_ptr, cg_ptr, t_ptr, ngt_ptr, og_ptr, oe_ptr, ce_ptr, K, P,
-                  PP: tl.constexpr):
+                  gate_ptr, CAP, PP: tl.constexpr, GATED: tl.constexpr):
     """Grid (R,). K-th value t and ngt = #(> t) ([R] int32); per program p: cg / ce = its
     #(> t) / #(== t) and og / oe their exclusive prefix sums over p ([R, P] int32)."""
     row = tl.program_id(0).to(tl.int64)
+    if GATED:  # fallback of topk_bound_triton: only the rows whose candidates overflowed
+        if tl.load(gate_ptr + row) <= CAP:
+            return
     o = tl.arange(0, PP)
     om = o < P
     bins = tl.arange(0, 256)
@@ -1122,12 +1139,15 @@ def _rk_combine_b(b1_ptr, ab_ptr, h_ptr, cg_ptr, t_ptr, ngt_ptr, og_ptr, oe_ptr,
 
 
 @triton.jit
-def _rk_pass_c(x_ptr, t_ptr, ngt_ptr, og_ptr, oe_ptr, cg_ptr, ce_ptr, key_ptr, K,
-               V: tl.constexpr, CH: tl.constexpr, T: tl.constexpr):
+def _rk_pass_c(x_ptr, t_ptr, ngt_ptr, og_ptr, oe_ptr, cg_ptr, ce_ptr, key_ptr, K, gate_ptr, CAP,
+               V: tl.constexpr, CH: tl.constexpr, T: tl.constexpr, GATED: tl.constexpr):
     """Grid (R, P). Writes the packed keys ((65535 - ord16) << 32 | id, int64) of every element
     > t and of the first K - ngt elements == t in id order into key [R, K]; each program walks
     its T chunks in order from its offsets og / oe ([R, P] int32)."""
     row = tl.program_id(0).to(tl.int64)
+    if GATED:  # fallback of topk_bound_triton: only the rows whose candidates overflowed
+        if tl.load(gate_ptr + row) <= CAP:
+            return
     p = tl.program_id(1)
     pid = row * tl.num_programs(1) + p
     t = tl.load(t_ptr + row)
@@ -1161,8 +1181,12 @@ def _rk_pass_c(x_ptr, t_ptr, ngt_ptr, og_ptr, oe_ptr, cg_ptr, ce_ptr, key_ptr, K
 
 
 @triton.jit
-def _rk_final(x_ptr, key_ptr, lse_ptr, lp_ptr, ids_ptr, K, V: tl.constexpr, KP: tl.constexpr):
+def _rk_final(x_ptr, key_ptr, lse_ptr, lp_ptr, ids_ptr, K, gate_ptr, CAP, V: tl.constexpr,
+              KP: tl.constexpr, GATED: tl.constexpr):
     row = tl.program_id(0).to(tl.int64)
+    if GATED:  # fallback of topk_bound_triton: only the rows whose candidates overflowed
+        if tl.load(gate_ptr + row) <= CAP:
+            return
     kk = tl.arange(0, KP)
     km = kk < K
     key = tl.load(key_ptr + row * K + kk, mask=km, other=_MAXKEY)
@@ -1209,6 +1233,18 @@ def topk_radix_triton(x: torch.Tensor, k: int, chunk: int = 4096,
         raise ValueError(f"programs_per_row must be >= 1, got {programs_per_row}")
     dev = x.device
     x = x.contiguous()
+    lse = torch.empty((R,), dtype=torch.float32, device=dev)
+    lp = torch.empty((R, k), dtype=torch.float32, device=dev)
+    ids = torch.empty((R, k), dtype=torch.int64, device=dev)
+    _radix_into(x, k, chunk, programs_per_row, lp, ids, lse)
+    return lp, ids, lse
+
+
+def _radix_into(x, k, chunk, programs_per_row, lp, ids, lse, gate=None, cap=0):
+    """The radix passes of ``topk_radix_triton`` writing into lp / ids / lse; with ``gate``
+    ([R] int32) only the rows with gate > cap are computed (the others return at once)."""
+    R, V = x.shape
+    dev = x.device
     NCH = triton.cdiv(V, chunk)
     NCHP = max(16, triton.next_power_of_2(NCH))
     P, T = _rk_programs(NCH, programs_per_row)
@@ -1217,7 +1253,6 @@ def topk_radix_triton(x: torch.Tensor, k: int, chunk: int = 4096,
     pm = torch.empty((R, NCH), dtype=torch.float32, device=dev)
     ps = torch.empty_like(pm)
     hist = torch.empty((R, P, 256), **i32)
-    lse = torch.empty((R,), dtype=torch.float32, device=dev)
     b1 = torch.empty((R,), **i32)
     ab = torch.empty((R,), **i32)
     cg = torch.empty((R, P), **i32)
@@ -1227,15 +1262,184 @@ def topk_radix_triton(x: torch.Tensor, k: int, chunk: int = 4096,
     t = torch.empty((R,), **i32)
     ngt = torch.empty((R,), **i32)
     keys = torch.empty((R, k), dtype=torch.int64, device=dev)
+    if R == 0:
+        return
+    G = dict(GATED=gate is not None)
+    gp = b1 if gate is None else gate
+    _rk_pass_a[(R, P)](x, pm, ps, hist, NCH, gp, cap, V=V, CH=chunk, T=T, num_warps=8, **G)
+    _rk_combine_a[(R,)](pm, ps, hist, lse, b1, ab, k, NCH, P, gp, cap, NCHP=NCHP, PP=PP, num_warps=4, **G)
+    _rk_pass_b[(R, P)](x, b1, hist, cg, gp, cap, V=V, CH=chunk, T=T, num_warps=8, **G)
+    _rk_combine_b[(R,)](b1, ab, hist, cg, t, ngt, og, oe, ce, k, P, gp, cap, PP=PP, num_warps=4, **G)
+    _rk_pass_c[(R, P)](x, t, ngt, og, oe, cg, ce, keys, k, gp, cap, V=V, CH=chunk, T=T, num_warps=8, **G)
+    KP = max(16, triton.next_power_of_2(k))
+    _rk_final[(R,)](x, keys, lse, lp, ids, k, gp, cap, V=V, KP=KP, num_warps=4 if KP <= 512 else 8, **G)
+
+
+# ----------------------------------------------------------------------------------------------
+# Bound top-K prep (draft_topk(..., prep="bound")): histogram only what can be in the top K.
+# On an H200 a tl.histogram of every element is what the radix prep pays for (a 256-bin one
+# costs ~4x the load + reduce of the same chunk). Here pass A writes, besides the same per-chunk
+# log-sum-exp partials, the maximum of every SB-element sub-block (a reshape + max, no histogram).
+# The sub-block maxima are distinct elements, so their K-th largest value m bounds the K-th
+# largest element from below: at least K elements are >= m, and every element of the top K is.
+# A 5-ary search over the ~V / SB maxima finds m exactly (one packed reduction per round). Pass B
+# appends every element >= m (typically ~1.0-1.3 K of them) to the row's candidate list through
+# one atomic per program, and one program per row sorts the candidates' packed (value desc,
+# id asc) keys and keeps the first K: the tie rule of ddtree_reference. A row with more than CAP
+# candidates (heavy ties at m, flat logits) is redone exactly by the radix passes, which launch
+# one looping program per row and return at once for every other row.
+# ----------------------------------------------------------------------------------------------
+
+
+@triton.jit
+def _bd_pass_a(x_ptr, pm_ptr, ps_ptr, sbm_ptr, NCH, V: tl.constexpr, CH: tl.constexpr, SB: tl.constexpr):
+    """Grid (R, NCH). Per chunk: pm / ps as ``_rk_pass_a`` ([R, NCH] f32), and the ord16 maximum
+    of each SB-element sub-block (sbm [R, NCH * CH / SB] int32, -1 where it holds no element)."""
+    row = tl.program_id(0).to(tl.int64)
+    ch = tl.program_id(1)
+    offs = ch * CH + tl.arange(0, CH)
+    m = offs < V
+    x = tl.load(x_ptr + row * V + offs, mask=m, other=float("-inf"))
+    xf = x.to(tl.float32)
+    cm = tl.max(xf, axis=0)
+    e = tl.where(xf > float("-inf"), tl.exp(xf - cm), 0.0)
+    cs = tl.where(cm > float("-inf"), tl.sum(e, axis=0), 0.0)
+    tl.store(pm_ptr + row * NCH + ch, cm)
+    tl.store(ps_ptr + row * NCH + ch, cs)
+    o = tl.where(m, _ord16(x), -1)
+    sb = tl.max(tl.reshape(o, [CH // SB, SB]), axis=1)
+    tl.store(sbm_ptr + (row * NCH + ch) * (CH // SB) + tl.arange(0, CH // SB), sb)
+
+
+@triton.jit
+def _bd_combine_a(pm_ptr, ps_ptr, sbm_ptr, lse_ptr, thr_ptr, cnt_ptr, K, NCH, NSB,
+                  NCHP: tl.constexpr, NSBP: tl.constexpr, ROUNDS: tl.constexpr):
+    """Grid (R,). lse [R] f32 (the formula of ``_rk_combine_a``); thr [R] int32 = the K-th
+    largest sub-block maximum (0 = every element when fewer than K sub-blocks hold one);
+    cnt [R] int32 = 0 (pass B's candidate counter)."""
+    row = tl.program_id(0).to(tl.int64)
+    o = tl.arange(0, NCHP)
+    om = o < NCH
+    pm = tl.load(pm_ptr + row * NCH + o, mask=om, other=float("-inf"))
+    ps = tl.load(ps_ptr + row * NCH + o, mask=om, other=0.0)
+    M = tl.max(pm, axis=0)
+    tot = tl.sum(tl.where(pm > float("-inf"), ps * tl.exp(pm - M), 0.0), axis=0)
+    tl.store(lse_ptr + row, M + tl.log(tot))
+    sj = tl.arange(0, NSBP)
+    v = tl.load(sbm_ptr + row * NSB + sj, mask=sj < NSB, other=-1)
+    # largest thr with #(v >= thr) >= K; invariant #(v >= lo) >= K > #(v >= hi + 1)
+    lo = tl.zeros([], tl.int32)
+    hi = tl.zeros([], tl.int32) + 65535
+    for _ in range(ROUNDS):
+        step = (hi - lo) // 5 + 1
+        packed = ((v >= lo + step).to(tl.int64)
+                  + ((v >= lo + 2 * step).to(tl.int64) << 16)
+                  + ((v >= lo + 3 * step).to(tl.int64) << 32)
+                  + ((v >= lo + 4 * step).to(tl.int64) << 48))
+        c = tl.sum(packed, axis=0)
+        j = (((c & 65535) >= K).to(tl.int32) + (((c >> 16) & 65535) >= K).to(tl.int32)
+             + (((c >> 32) & 65535) >= K).to(tl.int32) + (((c >> 48) & 65535) >= K).to(tl.int32))
+        lo = lo + j * step
+        hi = tl.minimum(lo + step - 1, hi)
+    enough = tl.sum((v >= 0).to(tl.int32), axis=0) >= K
+    tl.store(thr_ptr + row, tl.where(enough, lo, 0))
+    tl.store(cnt_ptr + row, 0)
+
+
+@triton.jit
+def _bd_pass_b(x_ptr, pm_ptr, thr_ptr, cnt_ptr, cand_ptr, NCH, CAP, V: tl.constexpr, CH: tl.constexpr):
+    """Grid (R, NCH). Appends the packed key ((65535 - ord16) << 32 | id, int64) of every element
+    >= thr to cand [R, CAP] (slots from one atomic on cnt [R] per program; cnt ends as the row's
+    candidate count, also when it exceeds CAP). Chunks whose maximum is < thr load nothing."""
+    row = tl.program_id(0).to(tl.int64)
+    ch = tl.program_id(1)
+    thr = tl.load(thr_ptr + row)
+    cmax = tl.load(pm_ptr + row * NCH + ch).to(x_ptr.dtype.element_ty)
+    work = _ord16(cmax) >= thr
+    offs = ch * CH + tl.arange(0, CH)
+    m = (offs < V) & (tl.full([CH], 1, tl.int1) & work)
+    x = tl.load(x_ptr + row * V + offs, mask=m, other=float("-inf"))
+    o = _ord16(x)
+    sel = m & (o >= thr)
+    n = tl.sum(sel.to(tl.int32), axis=0)
+    base = tl.atomic_add(cnt_ptr + row, n)
+    pos = base + tl.cumsum(sel.to(tl.int32), axis=0) - 1
+    key = ((65535 - o).to(tl.int64) << 32) | offs.to(tl.int64)
+    ok = sel & (pos < CAP)
+    tl.store(cand_ptr + row * CAP + tl.where(ok, pos, 0), key, mask=ok)
+
+
+@triton.jit
+def _bd_final(x_ptr, cand_ptr, cnt_ptr, lse_ptr, lp_ptr, ids_ptr, K, CAP, V: tl.constexpr,
+              CAPP: tl.constexpr, KP: tl.constexpr):
+    """Grid (R,). Rows with cnt <= CAP: sort the candidates' keys, write the first K as lp
+    (min(x - lse, 0), f32) and ids (int64) [R, K]. Rows with more are left to the fallback."""
+    row = tl.program_id(0).to(tl.int64)
+    n = tl.load(cnt_ptr + row)
+    if n > CAP:
+        return
+    jj = tl.arange(0, CAPP)
+    key = tl.load(cand_ptr + row * CAP + jj, mask=jj < n, other=_MAXKEY)
+    srt = tl.sort(key)
+    top = tl.min(tl.reshape(srt, [CAPP // KP, KP]), axis=0)  # ascending: row 0 is the first KP
+    kk = tl.arange(0, KP)
+    km = kk < K
+    ids = tl.where(km, top & 4294967295, 0)
+    xv = tl.load(x_ptr + row * V + ids, mask=km, other=0.0).to(tl.float32)
+    lse = tl.load(lse_ptr + row)
+    tl.store(lp_ptr + row * K + kk, tl.minimum(xv - lse, 0.0), mask=km)
+    tl.store(ids_ptr + row * K + kk, ids, mask=km)
+
+
+def topk_bound_triton(x: torch.Tensor, k: int, chunk: int = 4096, sub_block: int = 64,
+                      cap: int | None = None):
+    """Exact per-row top-k under the tie rule (value desc, id asc) for 16-bit float logits,
+    histogramming only the candidates (see the section comment); same results as
+    ``topk_radix_triton``, lse bit-identical.
+
+    x: [R, V] bf16/fp16; 1 <= k <= V; chunk: columns per pass-A/B program (a power of 2 in
+    [64, 16384]); sub_block: elements per sub-block maximum (a power of 2 dividing chunk);
+    cap: candidate slots per row (None: max(2 * next_pow2(k), 256)); a row with more candidates
+    is recomputed by the radix passes (one looping program per row). Returns lp [R, k] f32,
+    ids [R, k] int64, lse [R] f32. 4 launches + 6 gated ones; no host sync, CUDA-graph
+    capturable. Raises ValueError for other dtypes or bad k / chunk / sub_block / cap.
+    """
+    if x.dtype not in (torch.bfloat16, torch.float16):
+        raise ValueError(f"topk_bound_triton needs bf16/fp16 logits, got {x.dtype}")
+    R, V = x.shape
+    if not 1 <= k <= V:
+        raise ValueError(f"topk_bound_triton needs 1 <= k <= V = {V}, got k = {k}")
+    if not (64 <= chunk <= 16384 and chunk & (chunk - 1) == 0):
+        raise ValueError(f"chunk must be a power of 2 in [64, 16384], got {chunk}")
+    if not (1 <= sub_block <= chunk and sub_block & (sub_block - 1) == 0):
+        raise ValueError(f"sub_block must be a power of 2 dividing chunk = {chunk}, got {sub_block}")
+    KP = max(16, triton.next_power_of_2(k))
+    cap = max(2 * KP, 256) if cap is None else int(cap)
+    if cap < k:
+        raise ValueError(f"cap must be >= k = {k}, got {cap}")
+    CAPP = max(KP, triton.next_power_of_2(cap))
+    NCH = triton.cdiv(V, chunk)
+    NSB = NCH * (chunk // sub_block)
+    if NSB >= 65536:
+        raise ValueError(f"{NSB} sub-blocks per row: use a larger sub_block (the counts are 16-bit)")
+    dev = x.device
+    x = x.contiguous()
+    pm = torch.empty((R, NCH), dtype=torch.float32, device=dev)
+    ps = torch.empty_like(pm)
+    sbm = torch.empty((R, NSB), dtype=torch.int32, device=dev)
+    thr = torch.empty((R,), dtype=torch.int32, device=dev)
+    cnt = torch.empty((R,), dtype=torch.int32, device=dev)
+    cand = torch.empty((R, cap), dtype=torch.int64, device=dev)
+    lse = torch.empty((R,), dtype=torch.float32, device=dev)
     lp = torch.empty((R, k), dtype=torch.float32, device=dev)
     ids = torch.empty((R, k), dtype=torch.int64, device=dev)
     if R == 0:
         return lp, ids, lse
-    _rk_pass_a[(R, P)](x, pm, ps, hist, NCH, V=V, CH=chunk, T=T, num_warps=8)
-    _rk_combine_a[(R,)](pm, ps, hist, lse, b1, ab, k, NCH, P, NCHP=NCHP, PP=PP, num_warps=4)
-    _rk_pass_b[(R, P)](x, b1, hist, cg, V=V, CH=chunk, T=T, num_warps=8)
-    _rk_combine_b[(R,)](b1, ab, hist, cg, t, ngt, og, oe, ce, k, P, PP=PP, num_warps=4)
-    _rk_pass_c[(R, P)](x, t, ngt, og, oe, cg, ce, keys, k, V=V, CH=chunk, T=T, num_warps=8)
-    KP = max(16, triton.next_power_of_2(k))
-    _rk_final[(R,)](x, keys, lse, lp, ids, k, V=V, KP=KP, num_warps=4 if KP <= 512 else 8)
+    _bd_pass_a[(R, NCH)](x, pm, ps, sbm, NCH, V=V, CH=chunk, SB=sub_block, num_warps=8)
+    _bd_combine_a[(R,)](pm, ps, sbm, lse, thr, cnt, k, NCH, NSB, NCHP=max(16, triton.next_power_of_2(NCH)),
+                        NSBP=max(16, triton.next_power_of_2(NSB)), ROUNDS=8, num_warps=8)
+    _bd_pass_b[(R, NCH)](x, pm, thr, cnt, cand, NCH, cap, V=V, CH=chunk, num_warps=8)
+    _bd_final[(R,)](x, cand, cnt, lse, lp, ids, k, cap, V=V, CAPP=CAPP, KP=KP,
+                    num_warps=4 if CAPP <= 1024 else 8)
+    _radix_into(x, k, chunk, 1, lp, ids, lse, gate=cnt, cap=cap)  # overflowed rows only
     return lp, ids, lse

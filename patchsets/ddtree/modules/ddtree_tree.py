@@ -21,9 +21,11 @@ parent's within-depth order) and by rank inside a group: parents come before chi
 siblings are contiguous, so ``retrieve_next_sibling[j]`` is ``j + 1`` or -1.
 
 Two implementations with identical results: fixed-shape torch ops (topk/sort/gather/scatter/
-cumsum; the CPU path) and Triton kernels (``ddtree_kernels``: radix top-K prep, fused beam with a
-full ``tl.sort`` or a threshold selection, count-based labelling, tree links/mask; the variants are
-picked by ``prefer_prep`` / ``prefer_beam`` from the H200 measurements in bench/RESULTS.md). Neither has an ``.item()`` or a data-dependent shape; both were
+cumsum; the CPU path) and Triton kernels (``ddtree_kernels``: bound / radix top-K prep, a fused
+beam that stops where the best-first heap stops (or sorts / selects every depth in full),
+count-based labelling, tree links/mask; the variants are picked by ``prefer_prep`` /
+``prefer_beam`` from the H200 measurements in bench/RESULTS.md). Neither has an ``.item()`` or a
+data-dependent shape; both were
 captured in CUDA graphs and replayed equal to eager on an H200 (tests/gpu). Call once eagerly for
 a given (N, K, device) before capturing a CUDA graph: that caches the static candidate table on the
 device (and compiles the Triton kernels).
@@ -67,15 +69,16 @@ _CHUNKED_PREP_MAX_ROWS = 120  # chunked vs row prep (measured on bf16): 2.3x at 
 def prefer_prep(rows: int, dtype: Optional[torch.dtype] = None) -> str:
     """Triton prep variant for ``rows`` = bs * L logit rows of ``dtype``.
 
-    "radix" for bf16: the fastest at every measured size (57-63 us at bs 1, 270 us at bs 8,
-    2.0 ms at bs 64, against 125-168 / 434-496 / 2585-2788 us chunked and 340-381 / 507-575 /
-    2453-2615 us row). Other dtypes (fp16 runs the radix kernels too but was not measured):
-    "chunked" (programs over (row, 4096-column chunk)) up to 120 rows, else "row".
+    "bound" for bf16: the fastest measured (H200, V = 151,936, bench/RESULTS.md 2026-11-30
+    09:12): 36-46 us at 15 rows and 618-691 us at 960 rows, against 48-50 us / 1.57-1.59 ms for
+    "radix" (and 2.5-2.7 ms for "row" / "chunked" at 960 rows). Other dtypes (fp16 runs the same
+    kernels but was not measured): "chunked" (programs over (row, 4096-column chunk)) up to 120
+    rows, else "row".
     """
     if DEFAULT_PREP is not None:
         return DEFAULT_PREP
     if dtype == torch.bfloat16:
-        return "radix"
+        return "bound"
     return "chunked" if rows <= _CHUNKED_PREP_MAX_ROWS else "row"
 
 
@@ -217,7 +220,10 @@ def draft_topk(
       prep: Triton prep kernels — "row" (one program per row) or "chunked" (programs over
         (row, 4096-column chunk)) beside ``torch.topk``, or "radix" (bf16/fp16 only, else
         "chunked": ``ddtree_kernels.topk_radix_triton``, an exact two-byte radix select with no
-        ``torch.topk`` and no tie pass); same ids, lse equal up to float32 rounding. None =
+        ``torch.topk`` and no tie pass), or "bound" (bf16/fp16 only, else "chunked":
+        ``ddtree_kernels.topk_bound_triton``, sub-block maxima bound the K-th value and only the
+        candidates above it are sorted; the radix passes redo a row with too many); same ids, lse
+        equal up to float32 rounding ("radix" and "bound": bit-identical). None =
         ``prefer_prep(bs * L, dtype)`` (the H200 winner, bench/RESULTS.md), as in ``build_ddtree``.
     """
     if draft_logits.dim() != 3:
@@ -229,15 +235,17 @@ def draft_topk(
         use_triton = x.device.type == "cuda"
     if prep is None:
         prep = prefer_prep(bs * L, x.dtype)
-    if prep not in ("row", "chunked", "radix"):
-        raise ValueError(f"prep must be 'row', 'chunked' or 'radix', got {prep!r}")
-    if prep == "radix" and use_triton and topk_chunks <= 1 and x.dtype in (torch.bfloat16, torch.float16):
-        from .ddtree_kernels import topk_radix_triton
+    if prep not in ("row", "chunked", "radix", "bound"):
+        raise ValueError(f"prep must be 'row', 'chunked', 'radix' or 'bound', got {prep!r}")
+    if (prep in ("radix", "bound") and use_triton and topk_chunks <= 1
+            and x.dtype in (torch.bfloat16, torch.float16)):
+        from .ddtree_kernels import topk_bound_triton, topk_radix_triton
 
-        lp, ids, lse = topk_radix_triton(x.reshape(bs * L, V), k)
+        fn = topk_bound_triton if prep == "bound" else topk_radix_triton
+        lp, ids, lse = fn(x.reshape(bs * L, V), k)
         return lp.view(bs, L, k), ids.view(bs, L, k), lse.view(bs, L)
-    if prep == "radix":
-        prep = "chunked"  # 32-bit logits: the radix prep handles 16-bit floats only
+    if prep in ("radix", "bound"):
+        prep = "chunked"  # 32-bit logits: the radix and bound preps handle 16-bit floats only
     if topk_chunks > 1:
         vals, ids = _split_topk(x, k, int(topk_chunks))
     else:
@@ -371,10 +379,11 @@ def build_tree_arrays(parents: torch.Tensor, valid: torch.Tensor, max_depth: int
 
 def prefer_triton(bs: int, budget: int, device) -> bool:
     """Which tree path is faster, from the H200 measurements in bench/RESULTS.md (CUDA graphs,
-    V = 151,936, L = 15, K = N, bf16): with the radix prep and the selection beam the Triton path
-    wins at every measured size (bs 1: 89 us at N 16 .. 775 us at N 1024; bs 64: 2.0-2.8 ms)
-    against the all-torch path (1.2-2.8 ms at bs 1, 6.4-9.4 ms at bs 64). Budgets above 1024
-    (not measured) and CPU tensors take torch."""
+    V = 151,936, L = 15, K = N, bf16): the Triton path wins at every measured size (2026-11-30
+    06:50, radix prep + selection beam: bs 1: 89 us at N 16 .. 775 us at N 1024; bs 64: 2.0-2.8
+    ms; 09:12, bound prep + pruned beam: bs 1 N 256-512: 59-82 us flat / 178-286 us peaked
+    logits; bs 64: 657-763 / 792-998 us) against the all-torch path (1.2-2.8 ms at bs 1, 6.4-9.4
+    ms at bs 64). Budgets above 1024 (not measured) and CPU tensors take torch."""
     if torch.device(device).type != "cuda" or budget > 1024:
         return False
     return True
