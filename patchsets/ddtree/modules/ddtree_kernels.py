@@ -16,8 +16,7 @@
 | ``beam_select_triton``     | same; selection instead of sorts          | 209 us (N 256) .. 678 us (N 1024)   |
 | ``beam_prune_triton``      | same; only candidates that can still be   | default: 17-35 us flat, 111-249 us  |
 |                            | in the global top-N (the heap's early stop)| peaked logits (N 256-512)          |
-| ``label_triton``           | selection + labelling in ``build_ddtree_from_topk`` | superseded by the next one |
-| ``label_count_triton``     | same, positions from per-parent counts    | 17-40 us (2-4x ``label_triton``)    |
+| ``label_count_triton``     | selection + labelling in ``build_ddtree_from_topk``, positions from per-parent counts | 13-42 us (2-4x a per-depth sort) |
 | ``tree_arrays_triton``     | ``ddtree_tree.build_tree_arrays``         | 10-68 us (was up to 1.2 ms)         |
 | ``custom_mask_triton``     | torch path of ``build_custom_mask``       | 1.4-3.6x faster                     |
 | ``greedy_walk_triton``     | torch path of ``ddtree_accept.greedy_accept`` | 10-14x faster (25-32 us)        |
@@ -46,7 +45,6 @@ __all__ = [
     "tie_fix_triton",
     "prep_chunked_triton",
     "beam_triton",
-    "label_triton",
     "beam_select_triton",
     "beam_prune_triton",
     "label_count_triton",
@@ -335,6 +333,21 @@ def tie_fix_triton(x: torch.Tensor, vals: torch.Tensor, ids: torch.Tensor) -> to
 
 
 @triton.jit
+def _beam_depth0(lp_b, score_ptr, valid_ptr, parent_ptr, rank_ptr, out_b, N, K, NP: tl.constexpr):
+    """Depth 0 of every beam kernel: the first min(N, K) ranks of lp row 0, in rank order, written
+    as beam entries (score, valid, parent -1, rank). Returns (score [NP] f32, valid [NP] bool)."""
+    offs_n = tl.arange(0, NP)
+    nm = offs_n < N
+    v0 = offs_n < tl.minimum(N, K)
+    s0 = tl.load(lp_b + offs_n, mask=v0, other=float("-inf"))
+    tl.store(score_ptr + out_b + offs_n, s0, mask=nm)
+    tl.store(valid_ptr + out_b + offs_n, v0.to(tl.int8), mask=nm)
+    tl.store(parent_ptr + out_b + offs_n, tl.full([NP], -1, tl.int64), mask=nm)
+    tl.store(rank_ptr + out_b + offs_n, tl.minimum(offs_n, K - 1).to(tl.int64), mask=nm)
+    return s0, v0
+
+
+@triton.jit
 def _beam_kernel(
     lp_ptr,  # [bs, L, K] f32
     ci_ptr,  # [C] int64
@@ -358,13 +371,7 @@ def _beam_kernel(
     nm = offs_n < N
     lp_b = lp_ptr + b * L * K
     out_b = b * L * N
-    n1 = tl.minimum(N, K)
-    v0 = offs_n < n1
-    s0 = tl.load(lp_b + offs_n, mask=v0, other=float("-inf"))
-    tl.store(score_ptr + out_b + offs_n, s0, mask=nm)
-    tl.store(valid_ptr + out_b + offs_n, v0.to(tl.int8), mask=nm)
-    tl.store(parent_ptr + out_b + offs_n, tl.full([NP], -1, tl.int64), mask=nm)
-    tl.store(rank_ptr + out_b + offs_n, tl.minimum(offs_n, K - 1).to(tl.int64), mask=nm)
+    s0, v0 = _beam_depth0(lp_b, score_ptr, valid_ptr, parent_ptr, rank_ptr, out_b, N, K, NP)
     T = tl.where(nm, _desc_key(s0, v0, offs_n), _MAXKEY)
     tl.debug_barrier()
     offs_c = tl.arange(0, CP)
@@ -430,103 +437,6 @@ def beam_triton(lp: torch.Tensor, budget: int, ci: torch.Tensor, ck: torch.Tenso
             scratch, scratch2, K, N, C, L=L, NP=NP, CP=CP, num_warps=nw,
         )
     return score, valid, parent, rank, gtop
-
-
-@triton.jit
-def _label_kernel(
-    gtop_ptr,  # [bs, N] int64
-    nb_ptr,  # [bs] int64 per-request budget (clamped to [0, N])
-    root_ptr,  # [bs] int64
-    ids_ptr,  # [bs, L, K] int64
-    score_ptr,  # [bs, L, N] f32
-    parent_ptr,  # [bs, L, N] int64 (parent order at depth d-1)
-    rank_ptr,  # [bs, L, N] int64
-    label_ptr,  # [bs, L, N] int64 scratch
-    tok_ptr,  # [bs, N1] int64 out
-    par_ptr,  # [bs, N1] int64 out
-    dep_ptr,  # [bs, N1] int64 out
-    val_ptr,  # [bs, N1] int8 out
-    sco_ptr,  # [bs, N1] f32 out
-    num_ptr,  # [bs] int64 out
-    K,
-    N,
-    L: tl.constexpr,
-    NP: tl.constexpr,
-    N1P: tl.constexpr,
-):
-    b = tl.program_id(0).to(tl.int64)
-    N1 = N + 1
-    o1 = tl.arange(0, N1P)
-    m1 = o1 < N1
-    root = tl.load(root_ptr + b)
-    tl.store(tok_ptr + b * N1 + o1, tl.where(o1 == 0, root, 0), mask=m1)
-    tl.store(par_ptr + b * N1 + o1, tl.full([N1P], -1, tl.int64), mask=m1)
-    tl.store(dep_ptr + b * N1 + o1, tl.zeros([N1P], tl.int64), mask=m1)
-    tl.store(val_ptr + b * N1 + o1, (o1 == 0).to(tl.int8), mask=m1)
-    tl.store(sco_ptr + b * N1 + o1, tl.where(o1 == 0, 0.0, float("-inf")), mask=m1)
-    offs = tl.arange(0, NP)
-    nm = offs < N
-    g = tl.load(gtop_ptr + b * N + offs, mask=nm, other=_MAXKEY)
-    nb = tl.load(nb_ptr + b)
-    take = nm & (offs < nb) & ((g >> 30) < 4294967296)
-    dd = tl.where(take, (g & 1073741823) // N, -1)
-    tl.debug_barrier()
-    off = tl.zeros([], tl.int64) + 1
-    for d in range(L):
-        m_d = tl.sum((dd == d).to(tl.int64), axis=0)
-        base = (b * L + d) * N
-        par = tl.load(parent_ptr + base + offs, mask=nm, other=0)
-        rk = tl.load(rank_ptr + base + offs, mask=nm, other=0)
-        sel = offs < m_d
-        key2 = tl.where(sel, tl.maximum(par, 0) * (K + 1) + rk, 4398046511103)
-        sp = tl.sort((key2 << 20) | offs.to(tl.int64))
-        o_p = (sp & 1048575).to(tl.int64)
-        pm = offs < m_d
-        o_p = tl.where(pm, o_p, 0)
-        tl.store(label_ptr + base + o_p, off + offs, mask=pm)
-        tl.debug_barrier()
-        po = tl.load(parent_ptr + base + o_p, mask=pm, other=0)
-        plab = tl.load(label_ptr + base - N + tl.maximum(po, 0), mask=pm & (d > 0), other=0)
-        rkp = tl.load(rank_ptr + base + o_p, mask=pm, other=0)
-        tok = tl.load(ids_ptr + (b * L + d) * K + rkp, mask=pm, other=0)
-        scp = tl.load(score_ptr + base + o_p, mask=pm, other=0.0)
-        col = b * N1 + off + offs
-        tl.store(tok_ptr + col, tok, mask=pm)
-        tl.store(par_ptr + col, plab, mask=pm)
-        tl.store(dep_ptr + col, tl.full([NP], d + 1, tl.int64), mask=pm)
-        tl.store(val_ptr + col, tl.full([NP], 1, tl.int8), mask=pm)
-        tl.store(sco_ptr + col, scp, mask=pm)
-        off += m_d
-        tl.debug_barrier()
-    tl.store(num_ptr + b, off - 1)
-
-
-def label_triton(gtop, nb, roots, ids, score, parent, rank, budget: int):
-    """Fused selection (first n_b of the global order) and labelling; see ``build_ddtree``.
-
-    Returns tokens, parents, depths [bs, N1] int64, valid [bs, N1] bool, scores [bs, N1] f32,
-    num_nodes [bs] int64 — identical to the torch path.
-    """
-    bs, L, N = score.shape
-    K = ids.shape[-1]
-    dev = score.device
-    N1 = N + 1
-    tokens = torch.empty((bs, N1), dtype=torch.int64, device=dev)
-    parents = torch.empty_like(tokens)
-    depths = torch.empty_like(tokens)
-    valid = torch.empty((bs, N1), dtype=torch.bool, device=dev)
-    scores = torch.empty((bs, N1), dtype=torch.float32, device=dev)
-    num = torch.empty((bs,), dtype=torch.int64, device=dev)
-    label = torch.empty((bs, L, N), dtype=torch.int64, device=dev)
-    if bs:
-        NP = max(16, triton.next_power_of_2(N))
-        _label_kernel[(bs,)](
-            gtop, nb.to(torch.int64).contiguous(), roots.to(torch.int64).contiguous(),
-            ids.contiguous(), score, parent, rank, label, tokens, parents, depths,
-            valid.view(torch.int8), scores, num, K, N, L=L, NP=NP,
-            N1P=max(16, triton.next_power_of_2(N1)), num_warps=4 if NP <= 512 else 8,
-        )
-    return tokens, parents, depths, valid, scores, num
 
 
 # ----------------------------------------------------------------------------------------------
@@ -697,13 +607,7 @@ def _beam_select_kernel(
     lp_b = lp_ptr + b * L * K
     out_b = b * L * N
     scr = scr_ptr + b * NP
-    n1 = tl.minimum(N, K)
-    v0 = offs_n < n1
-    s0 = tl.load(lp_b + offs_n, mask=v0, other=float("-inf"))
-    tl.store(score_ptr + out_b + offs_n, s0, mask=nm)
-    tl.store(valid_ptr + out_b + offs_n, v0.to(tl.int8), mask=nm)
-    tl.store(parent_ptr + out_b + offs_n, tl.full([NP], -1, tl.int64), mask=nm)
-    tl.store(rank_ptr + out_b + offs_n, tl.minimum(offs_n, K - 1).to(tl.int64), mask=nm)
+    s0, v0 = _beam_depth0(lp_b, score_ptr, valid_ptr, parent_ptr, rank_ptr, out_b, N, K, NP)
     tl.store(gkey_ptr + out_b + offs_n, _desc_key(s0, v0, offs_n), mask=nm)
     tl.debug_barrier()
     offs_c = tl.arange(0, CP)
@@ -807,15 +711,9 @@ def _beam_prune_kernel(
     lp_b = lp_ptr + b * L * K
     out_b = b * L * N
     scr = scr_ptr + b * NP
-    n1 = tl.minimum(N, K)
-    v0 = offs_n < n1
-    s0 = tl.load(lp_b + offs_n, mask=v0, other=float("-inf"))
-    tl.store(score_ptr + out_b + offs_n, s0, mask=nm)
-    tl.store(valid_ptr + out_b + offs_n, v0.to(tl.int8), mask=nm)
-    tl.store(parent_ptr + out_b + offs_n, tl.full([NP], -1, tl.int64), mask=nm)
-    tl.store(rank_ptr + out_b + offs_n, tl.minimum(offs_n, K - 1).to(tl.int64), mask=nm)
+    s0, v0 = _beam_depth0(lp_b, score_ptr, valid_ptr, parent_ptr, rank_ptr, out_b, N, K, NP)
     A = tl.where(nm, _desc_key(s0, v0, offs_n), _MAXKEY)  # ascending: depth 0 is in rank order
-    m_prev = n1
+    m_prev = tl.minimum(N, K)
     offs_c = tl.arange(0, CP)
     cm = offs_c < C
     ci = tl.load(ci_ptr + offs_c, mask=cm, other=0)
@@ -977,8 +875,14 @@ def _label_count_kernel(
 
 
 def label_count_triton(gtop, nb, roots, ids, score, parent, rank, budget: int):
-    """``label_triton`` without per-depth sorts (positions from per-parent counts); same
-    arguments, identical outputs."""
+    """Selection + labelling on the GPU: the first nb[b] keys of gtop become the tree of request
+    b, a node's slot inside its depth = #(selected nodes of that depth with a smaller parent
+    order) + its rank (per-parent counts; no sort).
+
+    gtop [bs, N] int64 (ascending global keys from a beam kernel), nb [bs] per-request budgets,
+    roots [bs] bonus tokens, ids [bs, L, K] int64 token ids, score / parent / rank [bs, L, N]
+    (the beam). Returns tokens, parents, depths [bs, N + 1] int64, valid [bs, N + 1] bool,
+    scores [bs, N + 1] f32 and num_nodes [bs] int64 — the labelled tree of ``build_ddtree``."""
     bs, L, N = score.shape
     K = ids.shape[-1]
     dev = score.device
