@@ -224,12 +224,31 @@ def test_bound_prep_property(seed, rows, V, kf, kind, sub, cap_extra):
     x = draft_logits(seed, 1, rows, V, torch.bfloat16, kind=kind)[0]
     if seed % 3 == 0:
         x[:, : V // 4] = float("-inf")
+    if seed % 5 == 1:  # NaN logits: ord16 ranks +NaN above +inf in both preps
+        x.view(-1)[torch.randint(0, x.numel(), (3,), generator=torch.Generator().manual_seed(seed))] = float("nan")
     cap = None if cap_extra is None else k + cap_extra
     lp, ids, lse = KR.topk_bound_triton(x, k, chunk=64, sub_block=sub, cap=cap)
-    want = torch.sort(-x.float(), dim=-1, stable=True).indices[:, :k]
-    assert torch.equal(ids, want)
     lp2, ids2, lse2 = KR.topk_radix_triton(x, k, chunk=64)
-    assert torch.equal(ids2, want) and torch.equal(lse, lse2) and torch.equal(lp, lp2)
+    if not x.isnan().any():  # torch.sort puts NaN last; the preps rank +NaN first (ord16)
+        want = torch.sort(-x.float(), dim=-1, stable=True).indices[:, :k]
+        assert torch.equal(ids, want) and torch.equal(ids2, want)
+    assert torch.equal(ids, ids2)
+    for u, v in ((lp, lp2), (lse, lse2)):
+        assert torch.equal(u.isnan(), v.isnan()) and torch.equal(u.nan_to_num(), v.nan_to_num())
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_bound_prep_nan_in_a_chunk_whose_float_max_skips_it(dtype):
+    """Regression (review): pass B gated chunks on the float chunk max, which skips NaN, so a NaN
+    in the top k was missed (wrong ids, or an out-of-bounds read when fewer than k candidates
+    were left). Now the gate is the ord16 maximum and a short row goes to the radix fallback."""
+    x = (-torch.arange(128.0) / 8).to(dtype)[None].clone()
+    x[0, 1] = 0.0
+    x[0, 70] = float("nan")
+    for k in (1, 2, 5):
+        for u, v in zip(KR.topk_bound_triton(x, k, chunk=64, sub_block=64), KR.topk_radix_triton(x, k, chunk=64)):
+            assert torch.equal(u.isnan(), v.isnan()) and torch.equal(u.nan_to_num(), v.nan_to_num())
+        assert int(KR.topk_bound_triton(x, k, chunk=64, sub_block=64)[1][0, 0]) == 70
 
 
 def test_bound_prep_errors():

@@ -344,6 +344,7 @@ def _beam_depth0(lp_b, score_ptr, valid_ptr, parent_ptr, rank_ptr, out_b, N, K, 
     tl.store(valid_ptr + out_b + offs_n, v0.to(tl.int8), mask=nm)
     tl.store(parent_ptr + out_b + offs_n, tl.full([NP], -1, tl.int64), mask=nm)
     tl.store(rank_ptr + out_b + offs_n, tl.minimum(offs_n, K - 1).to(tl.int64), mask=nm)
+    tl.debug_barrier()  # depth 1 reads these rows back across lanes
     return s0, v0
 
 
@@ -1251,15 +1252,18 @@ def _bd_combine_a(pm_ptr, ps_ptr, sbm_ptr, lse_ptr, thr_ptr, cnt_ptr, K, NCH, NS
 
 
 @triton.jit
-def _bd_pass_b(x_ptr, pm_ptr, thr_ptr, cnt_ptr, cand_ptr, NCH, CAP, V: tl.constexpr, CH: tl.constexpr):
+def _bd_pass_b(x_ptr, sbm_ptr, thr_ptr, cnt_ptr, cand_ptr, NCH, CAP, V: tl.constexpr, CH: tl.constexpr,
+               SB: tl.constexpr):
     """Grid (R, NCH). Appends the packed key ((65535 - ord16) << 32 | id, int64) of every element
     >= thr to cand [R, CAP] (slots from one atomic on cnt [R] per program; cnt ends as the row's
-    candidate count, also when it exceeds CAP). Chunks whose maximum is < thr load nothing."""
+    candidate count, also when it exceeds CAP). Chunks whose maximum is < thr load nothing (the
+    maximum in ord16 terms, from the sub-block maxima: a float max would skip a NaN, which ord16
+    ranks above +inf as the radix prep does)."""
     row = tl.program_id(0).to(tl.int64)
     ch = tl.program_id(1)
     thr = tl.load(thr_ptr + row)
-    cmax = tl.load(pm_ptr + row * NCH + ch).to(x_ptr.dtype.element_ty)
-    work = _ord16(cmax) >= thr
+    cmax = tl.max(tl.load(sbm_ptr + (row * NCH + ch) * (CH // SB) + tl.arange(0, CH // SB)), axis=0)
+    work = cmax >= thr
     offs = ch * CH + tl.arange(0, CH)
     m = (offs < V) & (tl.full([CH], 1, tl.int1) & work)
     x = tl.load(x_ptr + row * V + offs, mask=m, other=float("-inf"))
@@ -1276,11 +1280,15 @@ def _bd_pass_b(x_ptr, pm_ptr, thr_ptr, cnt_ptr, cand_ptr, NCH, CAP, V: tl.conste
 @triton.jit
 def _bd_final(x_ptr, cand_ptr, cnt_ptr, lse_ptr, lp_ptr, ids_ptr, K, CAP, V: tl.constexpr,
               CAPP: tl.constexpr, KP: tl.constexpr):
-    """Grid (R,). Rows with cnt <= CAP: sort the candidates' keys, write the first K as lp
-    (min(x - lse, 0), f32) and ids (int64) [R, K]. Rows with more are left to the fallback."""
+    """Grid (R,). Rows with K <= cnt <= CAP: sort the candidates' keys, write the first K as lp
+    (min(x - lse, 0), f32) and ids (int64) [R, K]. Rows with more are left to the fallback, and
+    so are rows with fewer (cnt is set to CAP + 1 for the gated radix passes)."""
     row = tl.program_id(0).to(tl.int64)
     n = tl.load(cnt_ptr + row)
     if n > CAP:
+        return
+    if n < K:  # cannot happen when pass B saw every element >= thr; redo the row exactly anyway
+        tl.store(cnt_ptr + row, CAP + 1)
         return
     jj = tl.arange(0, CAPP)
     key = tl.load(cand_ptr + row * CAP + jj, mask=jj < n, other=_MAXKEY)
@@ -1342,7 +1350,7 @@ def topk_bound_triton(x: torch.Tensor, k: int, chunk: int = 4096, sub_block: int
     _bd_pass_a[(R, NCH)](x, pm, ps, sbm, NCH, V=V, CH=chunk, SB=sub_block, num_warps=8)
     _bd_combine_a[(R,)](pm, ps, sbm, lse, thr, cnt, k, NCH, NSB, NCHP=max(16, triton.next_power_of_2(NCH)),
                         NSBP=max(16, triton.next_power_of_2(NSB)), ROUNDS=8, num_warps=8)
-    _bd_pass_b[(R, NCH)](x, pm, thr, cnt, cand, NCH, cap, V=V, CH=chunk, num_warps=8)
+    _bd_pass_b[(R, NCH)](x, sbm, thr, cnt, cand, NCH, cap, V=V, CH=chunk, SB=sub_block, num_warps=8)
     _bd_final[(R,)](x, cand, cnt, lse, lp, ids, k, cap, V=V, CAPP=CAPP, KP=KP,
                     num_warps=4 if CAPP <= 1024 else 8)
     _radix_into(x, k, chunk, 1, lp, ids, lse, gate=cnt, cap=cap)  # overflowed rows only
