@@ -69,17 +69,22 @@ def main():
     rows = []
     preps = [p for p in a.preps.split(",") if p]
     t_start = time.monotonic()
+
+    def out_of_time(what: str) -> bool:
+        late = bool(a.max_seconds) and time.monotonic() - t_start > a.max_seconds
+        if late:
+            print(f"(stopped after {a.max_seconds:.0f} s: {what} and later not run)")
+        return late
+
     for kind, bs in [(k, int(v)) for k in a.kinds.split(",") for v in a.bs.split(",")]:
-        if a.max_seconds and time.monotonic() - t_start > a.max_seconds:
-            print(f"(stopped after {a.max_seconds:.0f} s: kind={kind} bs={bs} and later not run)")
+        if out_of_time(f"kind={kind} bs={bs}"):
             break
         x = draft_logits(bs, bs, L, V, torch.bfloat16, kind=kind, device=dev)
         roots = torch.randint(0, V, (bs,), device=dev)
         x_cpu = x.cpu()
         x2 = x.reshape(bs * L, V)
         for N in [int(v) for v in a.budgets.split(",")]:
-            if a.max_seconds and time.monotonic() - t_start > a.max_seconds:
-                print(f"(stopped after {a.max_seconds:.0f} s: kind={kind} bs={bs} N={N} and later not run)")
+            if out_of_time(f"kind={kind} bs={bs} N={N}"):
                 break
             g = lambda fn, reps=50: gpu_graph_median_us(fn, reps=reps)  # noqa: E731
             var = {}

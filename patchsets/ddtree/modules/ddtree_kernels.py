@@ -447,16 +447,64 @@ def beam_triton(lp: torch.Tensor, budget: int, ci: torch.Tensor, ck: torch.Tenso
 
 
 @triton.jit
+def _chunk_lse_partials(x):
+    """Log-sum-exp partials of one chunk (16/32-bit floats, -inf where masked): its float32
+    maximum and the sum of exp(x - max) (0 for an all -inf chunk). Every chunked prep uses this
+    one formula, so their lse values are bit-identical."""
+    xf = x.to(tl.float32)
+    cm = tl.max(xf, axis=0)
+    e = tl.where(xf > float("-inf"), tl.exp(xf - cm), 0.0)
+    cs = tl.where(cm > float("-inf"), tl.sum(e, axis=0), 0.0)
+    return cm, cs
+
+
+@triton.jit
+def _lse_from_partials(pm_ptr, ps_ptr, row, NCH, NCHP: tl.constexpr):
+    """The row's log-sum-exp (f32 scalar) from its NCH per-chunk partials ([R, NCH] f32)."""
+    o = tl.arange(0, NCHP)
+    om = o < NCH
+    pm = tl.load(pm_ptr + row * NCH + o, mask=om, other=float("-inf"))
+    ps = tl.load(ps_ptr + row * NCH + o, mask=om, other=0.0)
+    M = tl.max(pm, axis=0)
+    tot = tl.sum(tl.where(pm > float("-inf"), ps * tl.exp(pm - M), 0.0), axis=0)
+    return M + tl.log(tot)
+
+
+@triton.jit
+def _packed_count4(c1, c2, c3, c4):
+    """Four lane counts (bool tensors, each count < 2**16) in ONE int64 reduction, 16 bits apart."""
+    return tl.sum(c1.to(tl.int64) + (c2.to(tl.int64) << 16) + (c3.to(tl.int64) << 32)
+                  + (c4.to(tl.int64) << 48), axis=0)
+
+
+@triton.jit
+def _fields_at_least(c, n):
+    """How many of the four 16-bit counts packed in c (``_packed_count4``) are >= n (int64)."""
+    return ((((c & 65535) >= n).to(tl.int64) + (((c >> 16) & 65535) >= n).to(tl.int64))
+            + ((((c >> 32) & 65535) >= n).to(tl.int64) + (((c >> 48) & 65535) >= n).to(tl.int64)))
+
+
+@triton.jit
+def _write_topk(x_ptr, lse_ptr, lp_ptr, ids_ptr, row, top, K, V: tl.constexpr, KP: tl.constexpr):
+    """Write a row's top K from its first KP packed keys ``top`` (ascending; id in the low 32
+    bits): ids [R, K] int64 and lp = min(x - lse, 0) [R, K] f32."""
+    kk = tl.arange(0, KP)
+    km = kk < K
+    ids = tl.where(km, top & 4294967295, 0)
+    xv = tl.load(x_ptr + row * V + ids, mask=km, other=0.0).to(tl.float32)
+    lse = tl.load(lse_ptr + row)
+    tl.store(lp_ptr + row * K + kk, tl.minimum(xv - lse, 0.0), mask=km)
+    tl.store(ids_ptr + row * K + kk, ids, mask=km)
+
+
+@triton.jit
 def _prep_partial_kernel(x_ptr, thr_ptr, pm_ptr, ps_ptr, pc_ptr, NCH, V: tl.constexpr, CH: tl.constexpr):
     row = tl.program_id(0).to(tl.int64)
     ch = tl.program_id(1)
     offs = ch * CH + tl.arange(0, CH)
     m = offs < V
     x = tl.load(x_ptr + row * V + offs, mask=m, other=float("-inf"))
-    xf = x.to(tl.float32)
-    cm = tl.max(xf, axis=0)
-    e = tl.where(xf > float("-inf"), tl.exp(xf - cm), 0.0)
-    cs = tl.where(cm > float("-inf"), tl.sum(e, axis=0), 0.0)
+    cm, cs = _chunk_lse_partials(x)
     t = tl.load(thr_ptr + row)
     ceq = tl.sum(((x == t) & m).to(tl.int64), axis=0)
     tl.store(pm_ptr + row * NCH + ch, cm)
@@ -467,14 +515,10 @@ def _prep_partial_kernel(x_ptr, thr_ptr, pm_ptr, ps_ptr, pc_ptr, NCH, V: tl.cons
 @triton.jit
 def _prep_combine_kernel(pm_ptr, ps_ptr, pc_ptr, lse_ptr, pstart_ptr, NCH, NCHP: tl.constexpr):
     row = tl.program_id(0).to(tl.int64)
+    tl.store(lse_ptr + row, _lse_from_partials(pm_ptr, ps_ptr, row, NCH, NCHP))
     o = tl.arange(0, NCHP)
     om = o < NCH
-    pm = tl.load(pm_ptr + row * NCH + o, mask=om, other=float("-inf"))
-    ps = tl.load(ps_ptr + row * NCH + o, mask=om, other=0.0)
     pc = tl.load(pc_ptr + row * NCH + o, mask=om, other=0)
-    M = tl.max(pm, axis=0)
-    tot = tl.sum(tl.where(pm > float("-inf"), ps * tl.exp(pm - M), 0.0), axis=0)
-    tl.store(lse_ptr + row, M + tl.log(tot))
     tl.store(pstart_ptr + row * NCH + o, tl.cumsum(pc, axis=0) - pc, mask=om)
 
 
@@ -557,13 +601,9 @@ def _select_smallest(key, hi0, N, scr_ptr, NP: tl.constexpr, ROUNDS: tl.constexp
     hi = hi0
     for _ in range(ROUNDS):
         step = (hi - lo) // 5 + 1
-        packed = ((prim <= lo + step - 1).to(tl.int64)
-                  + ((prim <= lo + 2 * step - 1).to(tl.int64) << 16)
-                  + ((prim <= lo + 3 * step - 1).to(tl.int64) << 32)
-                  + ((prim <= lo + 4 * step - 1).to(tl.int64) << 48))
-        cnt = tl.sum(packed, axis=0)
-        j = (((cnt & 65535) < N).to(tl.int64) + (((cnt >> 16) & 65535) < N).to(tl.int64)
-             + (((cnt >> 32) & 65535) < N).to(tl.int64) + (((cnt >> 48) & 65535) < N).to(tl.int64))
+        cnt = _packed_count4(prim <= lo + step - 1, prim <= lo + 2 * step - 1,
+                             prim <= lo + 3 * step - 1, prim <= lo + 4 * step - 1)
+        j = 4 - _fields_at_least(cnt, N)  # thresholds whose count is still below N
         nlo = lo + j * step
         hi = tl.minimum(nlo + step - 1, hi)
         lo = nlo
@@ -951,10 +991,7 @@ def _rk_pass_a(x_ptr, pm_ptr, ps_ptr, h_ptr, NCH, gate_ptr, CAP, V: tl.constexpr
         offs = ch * CH + tl.arange(0, CH)
         m = offs < V  # chunks past the last (ch >= NCH) load nothing
         x = tl.load(x_ptr + row * V + offs, mask=m, other=float("-inf"))
-        xf = x.to(tl.float32)
-        cm = tl.max(xf, axis=0)
-        e = tl.where(xf > float("-inf"), tl.exp(xf - cm), 0.0)
-        cs = tl.where(cm > float("-inf"), tl.sum(e, axis=0), 0.0)
+        cm, cs = _chunk_lse_partials(x)
         tl.store(pm_ptr + row * NCH + ch, cm, mask=ch < NCH)
         tl.store(ps_ptr + row * NCH + ch, cs, mask=ch < NCH)
         h += tl.histogram(_ord16(x) >> 8, 256, mask=m)
@@ -970,13 +1007,7 @@ def _rk_combine_a(pm_ptr, ps_ptr, h_ptr, lse_ptr, b1_ptr, ab_ptr, K, NCH, P, gat
     if GATED:  # fallback of topk_bound_triton: only the rows whose candidates overflowed
         if tl.load(gate_ptr + row) <= CAP:
             return
-    o = tl.arange(0, NCHP)
-    om = o < NCH
-    pm = tl.load(pm_ptr + row * NCH + o, mask=om, other=float("-inf"))
-    ps = tl.load(ps_ptr + row * NCH + o, mask=om, other=0.0)
-    M = tl.max(pm, axis=0)
-    tot = tl.sum(tl.where(pm > float("-inf"), ps * tl.exp(pm - M), 0.0), axis=0)
-    tl.store(lse_ptr + row, M + tl.log(tot))
+    tl.store(lse_ptr + row, _lse_from_partials(pm_ptr, ps_ptr, row, NCH, NCHP))
     bins = tl.arange(0, 256)
     q = tl.arange(0, PP)
     hist = tl.load(h_ptr + (row * P + q[:, None]) * 256 + bins[None, :], mask=(q < P)[:, None], other=0)
@@ -1095,12 +1126,7 @@ def _rk_final(x_ptr, key_ptr, lse_ptr, lp_ptr, ids_ptr, K, gate_ptr, CAP, V: tl.
     kk = tl.arange(0, KP)
     km = kk < K
     key = tl.load(key_ptr + row * K + kk, mask=km, other=_MAXKEY)
-    sk = tl.sort(key)
-    ids = tl.where(km, sk & 4294967295, 0)
-    xv = tl.load(x_ptr + row * V + ids, mask=km, other=0.0).to(tl.float32)
-    lse = tl.load(lse_ptr + row)
-    tl.store(lp_ptr + row * K + kk, tl.minimum(xv - lse, 0.0), mask=km)
-    tl.store(ids_ptr + row * K + kk, ids, mask=km)
+    _write_topk(x_ptr, lse_ptr, lp_ptr, ids_ptr, row, tl.sort(key), K, V, KP)
 
 
 def _rk_programs(nch: int, programs_per_row: int | None = None) -> tuple[int, int]:
@@ -1205,10 +1231,7 @@ def _bd_pass_a(x_ptr, pm_ptr, ps_ptr, sbm_ptr, NCH, V: tl.constexpr, CH: tl.cons
     offs = ch * CH + tl.arange(0, CH)
     m = offs < V
     x = tl.load(x_ptr + row * V + offs, mask=m, other=float("-inf"))
-    xf = x.to(tl.float32)
-    cm = tl.max(xf, axis=0)
-    e = tl.where(xf > float("-inf"), tl.exp(xf - cm), 0.0)
-    cs = tl.where(cm > float("-inf"), tl.sum(e, axis=0), 0.0)
+    cm, cs = _chunk_lse_partials(x)
     tl.store(pm_ptr + row * NCH + ch, cm)
     tl.store(ps_ptr + row * NCH + ch, cs)
     o = tl.where(m, _ord16(x), -1)
@@ -1223,13 +1246,7 @@ def _bd_combine_a(pm_ptr, ps_ptr, sbm_ptr, lse_ptr, thr_ptr, cnt_ptr, K, NCH, NS
     largest sub-block maximum (0 = every element when fewer than K sub-blocks hold one);
     cnt [R] int32 = 0 (pass B's candidate counter)."""
     row = tl.program_id(0).to(tl.int64)
-    o = tl.arange(0, NCHP)
-    om = o < NCH
-    pm = tl.load(pm_ptr + row * NCH + o, mask=om, other=float("-inf"))
-    ps = tl.load(ps_ptr + row * NCH + o, mask=om, other=0.0)
-    M = tl.max(pm, axis=0)
-    tot = tl.sum(tl.where(pm > float("-inf"), ps * tl.exp(pm - M), 0.0), axis=0)
-    tl.store(lse_ptr + row, M + tl.log(tot))
+    tl.store(lse_ptr + row, _lse_from_partials(pm_ptr, ps_ptr, row, NCH, NCHP))
     sj = tl.arange(0, NSBP)
     v = tl.load(sbm_ptr + row * NSB + sj, mask=sj < NSB, other=-1)
     # largest thr with #(v >= thr) >= K; invariant #(v >= lo) >= K > #(v >= hi + 1)
@@ -1237,14 +1254,8 @@ def _bd_combine_a(pm_ptr, ps_ptr, sbm_ptr, lse_ptr, thr_ptr, cnt_ptr, K, NCH, NS
     hi = tl.zeros([], tl.int32) + 65535
     for _ in range(ROUNDS):
         step = (hi - lo) // 5 + 1
-        packed = ((v >= lo + step).to(tl.int64)
-                  + ((v >= lo + 2 * step).to(tl.int64) << 16)
-                  + ((v >= lo + 3 * step).to(tl.int64) << 32)
-                  + ((v >= lo + 4 * step).to(tl.int64) << 48))
-        c = tl.sum(packed, axis=0)
-        j = (((c & 65535) >= K).to(tl.int32) + (((c >> 16) & 65535) >= K).to(tl.int32)
-             + (((c >> 32) & 65535) >= K).to(tl.int32) + (((c >> 48) & 65535) >= K).to(tl.int32))
-        lo = lo + j * step
+        c = _packed_count4(v >= lo + step, v >= lo + 2 * step, v >= lo + 3 * step, v >= lo + 4 * step)
+        lo = lo + _fields_at_least(c, K).to(tl.int32) * step
         hi = tl.minimum(lo + step - 1, hi)
     enough = tl.sum((v >= 0).to(tl.int32), axis=0) >= K
     tl.store(thr_ptr + row, tl.where(enough, lo, 0))
@@ -1294,13 +1305,7 @@ def _bd_final(x_ptr, cand_ptr, cnt_ptr, lse_ptr, lp_ptr, ids_ptr, K, CAP, V: tl.
     key = tl.load(cand_ptr + row * CAP + jj, mask=jj < n, other=_MAXKEY)
     srt = tl.sort(key)
     top = tl.min(tl.reshape(srt, [CAPP // KP, KP]), axis=0)  # ascending: row 0 is the first KP
-    kk = tl.arange(0, KP)
-    km = kk < K
-    ids = tl.where(km, top & 4294967295, 0)
-    xv = tl.load(x_ptr + row * V + ids, mask=km, other=0.0).to(tl.float32)
-    lse = tl.load(lse_ptr + row)
-    tl.store(lp_ptr + row * K + kk, tl.minimum(xv - lse, 0.0), mask=km)
-    tl.store(ids_ptr + row * K + kk, ids, mask=km)
+    _write_topk(x_ptr, lse_ptr, lp_ptr, ids_ptr, row, top, K, V, KP)
 
 
 def topk_bound_triton(x: torch.Tensor, k: int, chunk: int = 4096, sub_block: int = 64,
