@@ -140,18 +140,23 @@ def test_select_beam_and_radix_prep_property(seed, L, V, N, kf, ties):
 
 @settings(max_examples=10, deadline=None, suppress_health_check=list(HealthCheck))
 @given(seed=st.integers(0, 2**31 - 1), L=st.integers(1, 8), V=st.integers(2, 200),
-       N=st.integers(1, 64), kf=st.floats(0.05, 1.0), kind=st.sampled_from(KINDS))
-def test_pruned_beam_property(seed, L, V, N, kf, kind):
+       N=st.integers(1, 64), kf=st.floats(0.05, 1.0), kind=st.sampled_from(KINDS),
+       tiers=st.sampled_from([(64, 256), (1, 2), (2, 8), (4, 16), (16, 4)]))
+def test_pruned_beam_property(seed, L, V, N, kf, kind, tiers):
     """Property: the pruned beam (the heap's early stop) equals the sorting beam on every
     surviving entry and builds the identical tree — flat, peaked (deep trees) and tied logits,
-    per-request budgets, K <= N."""
+    per-request budgets, K <= N; small sort tiers put a depth's survivors through every tier
+    of the merge (the smallest holding them, or NP lanes)."""
     from patchsets.ddtree.modules.ddtree_tree import build_ddtree_from_topk, candidate_pairs, draft_topk
 
     K = max(1, int(N * kf))
     x = draft_logits(seed, 3, L, V, kind=kind)
     lp, ids, _ = draft_topk(x, K, use_triton=False)
     ci, ck = candidate_pairs(N, lp.shape[-1], "cpu")
-    assert_prune_beam_matches(KR.beam_triton(lp, N, ci, ck), KR.beam_prune_triton(lp, N, ci, ck))
+    full = KR.beam_triton(lp, N, ci, ck)
+    assert_prune_beam_matches(full, KR.beam_prune_triton(lp, N, ci, ck, tiers=tiers))
+    if tiers != (64, 256):
+        assert_prune_beam_matches(full, KR.beam_prune_triton(lp, N, ci, ck))
     rb = torch.tensor([N, max(0, N // 2), 1])
     roots = torch.tensor([4, 5, 6])
     want = build_ddtree_from_topk(lp, ids, roots, N, rb, use_triton=True, beam="sort")
@@ -193,6 +198,14 @@ def test_radix_prep_programs_per_row(seed, R, V, chunk, kind):
             lse0 = lse if lse0 is None else lse0
             assert torch.equal(lse, lse0), (k, P)
     torch.testing.assert_close(lse0, torch.logsumexp(xf, dim=-1), rtol=0, atol=1e-5)
+
+
+def test_pruned_beam_tiers_must_be_powers_of_two():
+    lp = torch.zeros(1, 2, 4)
+    ci, ck = torch.zeros(4, dtype=torch.int64), torch.arange(4)
+    for bad in ((3, 8), (0, 4), (4, -2)):
+        with pytest.raises(ValueError, match="tiers must be two powers of 2"):
+            KR.beam_prune_triton(lp, 4, ci, ck, tiers=bad)
 
 
 def test_radix_programs_and_errors():

@@ -60,29 +60,24 @@ CASES = [
                                  tok_ptr=I64, par_ptr=I64, dep_ptr=I64, val_ptr=I8, sco_ptr=F32,
                                  num_ptr=I64, K="i32", N="i32", L=C, NP=C, N1P=C),
      dict(L=15, NP=512, N1P=1024), 4),
-    # radix passes: T = 1 (one program per chunk) and T = 38 (one looping program per row, the gated
-    # fallback of the bound prep), each plain and gated
-    *[case for T, G in ((1, False), (38, True), (13, False)) for case in (
-        (K._rk_pass_a, dict(x_ptr="*bf16", pm_ptr=F32, ps_ptr=F32, h_ptr="*i32", NCH="i32",
-                            gate_ptr="*i32", CAP="i32", V=C, CH=C, T=C, GATED=C),
-         dict(V=151936, CH=4096, T=T, GATED=G), 8),
-        (K._rk_pass_b, dict(x_ptr="*bf16", b1_ptr="*i32", h_ptr="*i32", cg_ptr="*i32", gate_ptr="*i32",
-                            CAP="i32", V=C, CH=C, T=C, GATED=C), dict(V=151936, CH=4096, T=T, GATED=G), 8),
+    # radix passes: T = 1 (one program per chunk), 38 (one looping program per row) and 13
+    *[case for T in (1, 38, 13) for case in (
+        (K._rk_pass_a, dict(x_ptr="*bf16", pm_ptr=F32, ps_ptr=F32, h_ptr="*i32", NCH="i32", V=C, CH=C,
+                            T=C), dict(V=151936, CH=4096, T=T), 8),
+        (K._rk_pass_b, dict(x_ptr="*bf16", b1_ptr="*i32", h_ptr="*i32", cg_ptr="*i32", V=C, CH=C, T=C),
+         dict(V=151936, CH=4096, T=T), 8),
         (K._rk_pass_c, dict(x_ptr="*bf16", t_ptr="*i32", ngt_ptr="*i32", og_ptr="*i32", oe_ptr="*i32",
-                            cg_ptr="*i32", ce_ptr="*i32", key_ptr=I64, K="i32", gate_ptr="*i32", CAP="i32",
-                            V=C, CH=C, T=C, GATED=C), dict(V=151936, CH=4096, T=T, GATED=G), 8),
+                            cg_ptr="*i32", ce_ptr="*i32", key_ptr=I64, K="i32", V=C, CH=C, T=C),
+         dict(V=151936, CH=4096, T=T), 8),
     )],
-    *[case for G in (False, True) for case in (
-        (K._rk_combine_a, dict(pm_ptr=F32, ps_ptr=F32, h_ptr="*i32", lse_ptr=F32, b1_ptr="*i32",
-                               ab_ptr="*i32", K="i32", NCH="i32", P="i32", gate_ptr="*i32", CAP="i32",
-                               NCHP=C, PP=C, GATED=C), dict(NCHP=64, PP=64, GATED=G), 4),
-        (K._rk_combine_b, dict(b1_ptr="*i32", ab_ptr="*i32", h_ptr="*i32", cg_ptr="*i32", t_ptr="*i32",
-                               ngt_ptr="*i32", og_ptr="*i32", oe_ptr="*i32", ce_ptr="*i32", K="i32",
-                               P="i32", gate_ptr="*i32", CAP="i32", PP=C, GATED=C), dict(PP=64, GATED=G), 4),
-        (K._rk_final, dict(x_ptr="*bf16", key_ptr=I64, lse_ptr=F32, lp_ptr=F32, ids_ptr=I64, K="i32",
-                           gate_ptr="*i32", CAP="i32", V=C, KP=C, GATED=C),
-         dict(V=151936, KP=512, GATED=G), 4),
-    )],
+    (K._rk_combine_a, dict(pm_ptr=F32, ps_ptr=F32, h_ptr="*i32", lse_ptr=F32, b1_ptr="*i32",
+                           ab_ptr="*i32", K="i32", NCH="i32", P="i32", NCHP=C, PP=C),
+     dict(NCHP=64, PP=64), 4),
+    (K._rk_combine_b, dict(b1_ptr="*i32", ab_ptr="*i32", h_ptr="*i32", cg_ptr="*i32", t_ptr="*i32",
+                           ngt_ptr="*i32", og_ptr="*i32", oe_ptr="*i32", ce_ptr="*i32", K="i32",
+                           P="i32", PP=C), dict(PP=64), 4),
+    (K._rk_final, dict(x_ptr="*bf16", key_ptr=I64, lse_ptr=F32, lp_ptr=F32, ids_ptr=I64, K="i32",
+                       V=C, KP=C), dict(V=151936, KP=512), 4),
     # bound prep
     (K._bd_pass_a, dict(x_ptr="*bf16", pm_ptr=F32, ps_ptr=F32, sbm_ptr="*i32", NCH="i32", V=C, CH=C,
                         SB=C), dict(V=151936, CH=4096, SB=64), 8),
@@ -94,6 +89,9 @@ CASES = [
     (K._bd_final, dict(x_ptr="*bf16", cand_ptr=I64, cnt_ptr="*i32", lse_ptr=F32, lp_ptr=F32,
                        ids_ptr=I64, K="i32", CAP="i32", V=C, CAPP=C, KP=C),
      dict(V=151936, CAPP=1024, KP=512), 4),
+    (K._bd_fallback, dict(x_ptr="*bf16", cnt_ptr="*i32", key_ptr=I64, lse_ptr=F32, lp_ptr=F32,
+                          ids_ptr=I64, K="i32", CAP="i32", NCH="i32", V=C, CH=C, KP=C),
+     dict(V=151936, CH=4096, KP=512), 8),
 ]
 
 

@@ -269,6 +269,14 @@ def _desc_key(s, v, sub):
 
 
 @triton.jit
+def _key_score(key):
+    """The float32 score of a valid ``_desc_key`` key (its inverse; -0.0 comes back as +0.0)."""
+    asc = 4294967295 - (key >> 30)
+    bits = tl.where(asc >= 2147483648, asc - 2147483648, 4294967295 - asc)
+    return bits.to(tl.uint32).to(tl.int32, bitcast=True).to(tl.float32, bitcast=True)
+
+
+@triton.jit
 def _lse_kernel(x_ptr, out_ptr, V: tl.constexpr, BLOCK: tl.constexpr):
     row = tl.program_id(0).to(tl.int64)
     offs = tl.arange(0, BLOCK)
@@ -721,9 +729,11 @@ def beam_select_triton(lp: torch.Tensor, budget: int, ci: torch.Tensor, ck: torc
 # as the N-th smallest of the running global top-N (A, sorted) and the new beam, so the beam of
 # a depth holds only its nodes that are still in the global top-N (a prefix of the full beam),
 # and A is the final global order (gtop) without a last selection. A depth whose beam is empty
-# ends the tree: later depths cost one scalar test. Candidate keys carry sub = d * N + c (after
-# every key of earlier depths, c = candidate lane = (parent order, rank) order); a beam entry's
-# key is rewritten to sub = d * N + its beam position, as the other beams do.
+# ends the tree: later depths cost one scalar test. Candidate keys carry sub = d * N + i * K + r
+# (after every key of earlier depths; (i, r) = (parent order, rank) ascending, the candidate
+# table's order, so ties break as in the other beams); a surviving candidate's parent and rank
+# come back from its sub and its score from its key's bits, with no lookups. A beam entry's key
+# is then rewritten to sub = d * N + its beam position, as the other beams do.
 # The new survivors are merged into A without sorting the union: they are compacted, sorted at
 # the smallest of three tiers that holds them (64 / 256 / NP lanes; typically a few dozen to a
 # few hundred survive a depth), and min(A[j], survivors descending) followed by one bitonic merge
@@ -811,7 +821,7 @@ def _beam_prune_kernel(
             pv = cm & (ci < m_prev)  # the beam of depth d-1 is its first m_prev entries
             ps = tl.load(score_ptr + prev + ci, mask=pv, other=float("-inf"))
             lpv = tl.load(lp_b + d * K + ck, mask=pv, other=float("-inf"))
-            key = _desc_key(ps + lpv, pv, d * N + offs_c)
+            key = _desc_key(ps + lpv, pv, d * N + ci * K + ck)  # (i, r) in the sub: no lookups later
             alive = pv & (key < tau)
             n_alive = tl.sum(alive.to(tl.int32), axis=0)
             if n_alive > 0:
@@ -840,10 +850,9 @@ def _beam_prune_kernel(
                 posb = tl.cumsum(isb.to(tl.int32), axis=0) - 1
                 m_d = tl.sum(isb.to(tl.int32), axis=0)
                 c = tl.where(isb, sub - d * N, 0)
-                pi = tl.load(ci_ptr + c, mask=isb, other=0)
-                pk = tl.load(ck_ptr + c, mask=isb, other=0)
-                sc = (tl.load(score_ptr + prev + pi, mask=isb, other=0.0)
-                      + tl.load(lp_b + d * K + pk, mask=isb, other=0.0))
+                pi = c // K
+                pk = c - pi * K
+                sc = _key_score(A2)  # the key holds the score's exact bits
                 dst = cur + tl.where(isb, posb, 0)
                 tl.store(score_ptr + dst, sc, mask=isb)
                 tl.store(parent_ptr + dst, pi, mask=isb)
@@ -859,7 +868,8 @@ def _beam_prune_kernel(
     tl.store(gtop_ptr + b * N + offs_n, A, mask=nm)
 
 
-def beam_prune_triton(lp: torch.Tensor, budget: int, ci: torch.Tensor, ck: torch.Tensor):
+def beam_prune_triton(lp: torch.Tensor, budget: int, ci: torch.Tensor, ck: torch.Tensor,
+                      tiers: tuple = (64, 256)):
     """Pruned beam: per depth only the candidates that can still be in the global top-N.
 
     lp: [bs, L, K] float32 log-probs (non-increasing along K); ci/ck: ``candidate_pairs``.
@@ -869,6 +879,10 @@ def beam_prune_triton(lp: torch.Tensor, budget: int, ci: torch.Tensor, ck: torch
     there bit for bit; the rest is invalid: score -inf, parent -1, rank 0); the valid keys of
     gtop equal ``beam_triton``'s, so ``label_count_triton`` builds the identical tree. Work per
     depth follows the number of surviving candidates; a depth with none ends the loop's work.
+    tiers: two powers of 2, the lane counts at which a depth's survivors are sorted before the
+    bitonic merge (the smallest that holds them; more than the larger: NP lanes). Any choice
+    gives the same outputs (the tests pass small ones to reach every tier at small N).
+    Raises ValueError when a tier is not a power of 2.
     """
     bs, L, K = lp.shape
     N = int(budget)
@@ -882,13 +896,17 @@ def beam_prune_triton(lp: torch.Tensor, budget: int, ci: torch.Tensor, ck: torch
     rank = torch.empty((bs, L, N), dtype=torch.int64, device=dev)
     gtop = torch.empty((bs, N), dtype=torch.int64, device=dev)
     scr = torch.empty((bs, NP), dtype=torch.int64, device=dev)
-    if bs and (CP > 32768 or (L - 1) * N + C >= (1 << 30)):  # 16-bit counts / 30-bit subs
+    t1, t2 = (int(t) for t in tiers)
+    if min(t1, t2) < 1 or t1 & (t1 - 1) or t2 & (t2 - 1):
+        raise ValueError(f"tiers must be two powers of 2, got {tiers}")
+    t1, t2 = min(t1, t2), max(t1, t2)
+    if bs and (CP > 32768 or (L - 1) * N + N * K >= (1 << 30)):  # 16-bit counts / 30-bit subs
         return beam_triton(lp, budget, ci, ck)
     if bs:
         nw = 4 if CP <= 1024 else (8 if CP <= 4096 else 16)
         _beam_prune_kernel[(bs,)](
             lp.contiguous(), ci, ck, score, valid.view(torch.int8), parent, rank, gtop, scr,
-            K, N, C, L=L, NP=NP, CP=CP, ROUNDS=15, S1=min(64, NP), S2=min(256, NP),
+            K, N, C, L=L, NP=NP, CP=CP, ROUNDS=15, S1=min(t1, NP), S2=min(t2, NP),
             LOGNP=NP.bit_length() - 1, num_warps=nw,
         )
     return score, valid, parent, rank, gtop
@@ -1046,14 +1064,10 @@ def _ord16(x):
 
 
 @triton.jit
-def _rk_pass_a(x_ptr, pm_ptr, ps_ptr, h_ptr, NCH, gate_ptr, CAP, V: tl.constexpr, CH: tl.constexpr,
-               T: tl.constexpr, GATED: tl.constexpr):
+def _rk_pass_a(x_ptr, pm_ptr, ps_ptr, h_ptr, NCH, V: tl.constexpr, CH: tl.constexpr, T: tl.constexpr):
     """Grid (R, P). Per chunk: max pm / sum of exp(x - max) ps ([R, NCH] f32); per program: the
     high-byte histogram of its T chunks (h [R, P, 256] int32)."""
     row = tl.program_id(0).to(tl.int64)
-    if GATED:  # fallback of topk_bound_triton: only the rows whose candidates overflowed
-        if tl.load(gate_ptr + row) <= CAP:
-            return
     p = tl.program_id(1)
     h = tl.zeros([256], dtype=tl.int32)
     for j in range(T):
@@ -1069,14 +1083,11 @@ def _rk_pass_a(x_ptr, pm_ptr, ps_ptr, h_ptr, NCH, gate_ptr, CAP, V: tl.constexpr
 
 
 @triton.jit
-def _rk_combine_a(pm_ptr, ps_ptr, h_ptr, lse_ptr, b1_ptr, ab_ptr, K, NCH, P, gate_ptr, CAP,
-                  NCHP: tl.constexpr, PP: tl.constexpr, GATED: tl.constexpr):
+def _rk_combine_a(pm_ptr, ps_ptr, h_ptr, lse_ptr, b1_ptr, ab_ptr, K, NCH, P, NCHP: tl.constexpr,
+                  PP: tl.constexpr):
     """Grid (R,). lse [R] f32 from the per-chunk partials; high byte b1 of the K-th value and
     ab = #(elements with high byte > b1) ([R] int32) from the P per-program histograms."""
     row = tl.program_id(0).to(tl.int64)
-    if GATED:  # fallback of topk_bound_triton: only the rows whose candidates overflowed
-        if tl.load(gate_ptr + row) <= CAP:
-            return
     tl.store(lse_ptr + row, _lse_from_partials(pm_ptr, ps_ptr, row, NCH, NCHP))
     bins = tl.arange(0, 256)
     q = tl.arange(0, PP)
@@ -1089,14 +1100,10 @@ def _rk_combine_a(pm_ptr, ps_ptr, h_ptr, lse_ptr, b1_ptr, ab_ptr, K, NCH, P, gat
 
 
 @triton.jit
-def _rk_pass_b(x_ptr, b1_ptr, h_ptr, cg_ptr, gate_ptr, CAP, V: tl.constexpr, CH: tl.constexpr,
-               T: tl.constexpr, GATED: tl.constexpr):
+def _rk_pass_b(x_ptr, b1_ptr, h_ptr, cg_ptr, V: tl.constexpr, CH: tl.constexpr, T: tl.constexpr):
     """Grid (R, P). Per program, over its T chunks: the low-byte histogram of the elements in
     high-byte bin b1 (h [R, P, 256] int32) and the count of high byte > b1 (cg [R, P] int32)."""
     row = tl.program_id(0).to(tl.int64)
-    if GATED:  # fallback of topk_bound_triton: only the rows whose candidates overflowed
-        if tl.load(gate_ptr + row) <= CAP:
-            return
     p = tl.program_id(1)
     b1 = tl.load(b1_ptr + row)
     h = tl.zeros([256], dtype=tl.int32)
@@ -1116,13 +1123,10 @@ def _rk_pass_b(x_ptr, b1_ptr, h_ptr, cg_ptr, gate_ptr, CAP, V: tl.constexpr, CH:
 
 @triton.jit
 def _rk_combine_b(b1_ptr, ab_ptr, h_ptr, cg_ptr, t_ptr, ngt_ptr, og_ptr, oe_ptr, ce_ptr, K, P,
-                  gate_ptr, CAP, PP: tl.constexpr, GATED: tl.constexpr):
+                  PP: tl.constexpr):
     """Grid (R,). K-th value t and ngt = #(> t) ([R] int32); per program p: cg / ce = its
     #(> t) / #(== t) and og / oe their exclusive prefix sums over p ([R, P] int32)."""
     row = tl.program_id(0).to(tl.int64)
-    if GATED:  # fallback of topk_bound_triton: only the rows whose candidates overflowed
-        if tl.load(gate_ptr + row) <= CAP:
-            return
     o = tl.arange(0, PP)
     om = o < P
     bins = tl.arange(0, 256)
@@ -1145,15 +1149,12 @@ def _rk_combine_b(b1_ptr, ab_ptr, h_ptr, cg_ptr, t_ptr, ngt_ptr, og_ptr, oe_ptr,
 
 
 @triton.jit
-def _rk_pass_c(x_ptr, t_ptr, ngt_ptr, og_ptr, oe_ptr, cg_ptr, ce_ptr, key_ptr, K, gate_ptr, CAP,
-               V: tl.constexpr, CH: tl.constexpr, T: tl.constexpr, GATED: tl.constexpr):
+def _rk_pass_c(x_ptr, t_ptr, ngt_ptr, og_ptr, oe_ptr, cg_ptr, ce_ptr, key_ptr, K, V: tl.constexpr,
+               CH: tl.constexpr, T: tl.constexpr):
     """Grid (R, P). Writes the packed keys ((65535 - ord16) << 32 | id, int64) of every element
     > t and of the first K - ngt elements == t in id order into key [R, K]; each program walks
     its T chunks in order from its offsets og / oe ([R, P] int32)."""
     row = tl.program_id(0).to(tl.int64)
-    if GATED:  # fallback of topk_bound_triton: only the rows whose candidates overflowed
-        if tl.load(gate_ptr + row) <= CAP:
-            return
     p = tl.program_id(1)
     pid = row * tl.num_programs(1) + p
     t = tl.load(t_ptr + row)
@@ -1187,12 +1188,8 @@ def _rk_pass_c(x_ptr, t_ptr, ngt_ptr, og_ptr, oe_ptr, cg_ptr, ce_ptr, key_ptr, K
 
 
 @triton.jit
-def _rk_final(x_ptr, key_ptr, lse_ptr, lp_ptr, ids_ptr, K, gate_ptr, CAP, V: tl.constexpr,
-              KP: tl.constexpr, GATED: tl.constexpr):
+def _rk_final(x_ptr, key_ptr, lse_ptr, lp_ptr, ids_ptr, K, V: tl.constexpr, KP: tl.constexpr):
     row = tl.program_id(0).to(tl.int64)
-    if GATED:  # fallback of topk_bound_triton: only the rows whose candidates overflowed
-        if tl.load(gate_ptr + row) <= CAP:
-            return
     kk = tl.arange(0, KP)
     km = kk < K
     key = tl.load(key_ptr + row * K + kk, mask=km, other=_MAXKEY)
@@ -1241,9 +1238,8 @@ def topk_radix_triton(x: torch.Tensor, k: int, chunk: int = 4096,
     return lp, ids, lse
 
 
-def _radix_into(x, k, chunk, programs_per_row, lp, ids, lse, gate=None, cap=0):
-    """The radix passes of ``topk_radix_triton`` writing into lp / ids / lse; with ``gate``
-    ([R] int32) only the rows with gate > cap are computed (the others return at once)."""
+def _radix_into(x, k, chunk, programs_per_row, lp, ids, lse):
+    """The radix passes of ``topk_radix_triton`` writing into lp / ids / lse."""
     R, V = x.shape
     dev = x.device
     NCH = triton.cdiv(V, chunk)
@@ -1265,15 +1261,13 @@ def _radix_into(x, k, chunk, programs_per_row, lp, ids, lse, gate=None, cap=0):
     keys = torch.empty((R, k), dtype=torch.int64, device=dev)
     if R == 0:
         return
-    G = dict(GATED=gate is not None)
-    gp = b1 if gate is None else gate
-    _rk_pass_a[(R, P)](x, pm, ps, hist, NCH, gp, cap, V=V, CH=chunk, T=T, num_warps=8, **G)
-    _rk_combine_a[(R,)](pm, ps, hist, lse, b1, ab, k, NCH, P, gp, cap, NCHP=NCHP, PP=PP, num_warps=4, **G)
-    _rk_pass_b[(R, P)](x, b1, hist, cg, gp, cap, V=V, CH=chunk, T=T, num_warps=8, **G)
-    _rk_combine_b[(R,)](b1, ab, hist, cg, t, ngt, og, oe, ce, k, P, gp, cap, PP=PP, num_warps=4, **G)
-    _rk_pass_c[(R, P)](x, t, ngt, og, oe, cg, ce, keys, k, gp, cap, V=V, CH=chunk, T=T, num_warps=8, **G)
+    _rk_pass_a[(R, P)](x, pm, ps, hist, NCH, V=V, CH=chunk, T=T, num_warps=8)
+    _rk_combine_a[(R,)](pm, ps, hist, lse, b1, ab, k, NCH, P, NCHP=NCHP, PP=PP, num_warps=4)
+    _rk_pass_b[(R, P)](x, b1, hist, cg, V=V, CH=chunk, T=T, num_warps=8)
+    _rk_combine_b[(R,)](b1, ab, hist, cg, t, ngt, og, oe, ce, k, P, PP=PP, num_warps=4)
+    _rk_pass_c[(R, P)](x, t, ngt, og, oe, cg, ce, keys, k, V=V, CH=chunk, T=T, num_warps=8)
     KP = max(16, triton.next_power_of_2(k))
-    _rk_final[(R,)](x, keys, lse, lp, ids, k, gp, cap, V=V, KP=KP, num_warps=4 if KP <= 512 else 8, **G)
+    _rk_final[(R,)](x, keys, lse, lp, ids, k, V=V, KP=KP, num_warps=4 if KP <= 512 else 8)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -1287,8 +1281,9 @@ def _radix_into(x, k, chunk, programs_per_row, lp, ids, lse, gate=None, cap=0):
 # appends every element >= m (typically ~1.0-1.3 K of them) to the row's candidate list through
 # one atomic per program, and one program per row sorts the candidates' packed (value desc,
 # id asc) keys and keeps the first K: the tie rule of ddtree_reference. A row with more than CAP
-# candidates (heavy ties at m, flat logits) is redone exactly by the radix passes, which launch
-# one looping program per row and return at once for every other row.
+# candidates (heavy ties at m, flat logits) is redone exactly by ``_bd_fallback``: the radix
+# select of that row in one looping program, one launch that returns at once for every other
+# row (the six gated radix launches it replaced cost ~10 us at bs 1 for nothing).
 # ----------------------------------------------------------------------------------------------
 
 
@@ -1363,7 +1358,7 @@ def _bd_final(x_ptr, cand_ptr, cnt_ptr, lse_ptr, lp_ptr, ids_ptr, K, CAP, V: tl.
               CAPP: tl.constexpr, KP: tl.constexpr):
     """Grid (R,). Rows with K <= cnt <= CAP: sort the candidates' keys, write the first K as lp
     (min(x - lse, 0), f32) and ids (int64) [R, K]. Rows with more are left to the fallback, and
-    so are rows with fewer (cnt is set to CAP + 1 for the gated radix passes)."""
+    so are rows with fewer (cnt is set to CAP + 1 for ``_bd_fallback``)."""
     row = tl.program_id(0).to(tl.int64)
     n = tl.load(cnt_ptr + row)
     if n > CAP:
@@ -1378,6 +1373,61 @@ def _bd_final(x_ptr, cand_ptr, cnt_ptr, lse_ptr, lp_ptr, ids_ptr, K, CAP, V: tl.
     _write_topk(x_ptr, lse_ptr, lp_ptr, ids_ptr, row, top, K, V, KP)
 
 
+@triton.jit
+def _bd_fallback(x_ptr, cnt_ptr, key_ptr, lse_ptr, lp_ptr, ids_ptr, K, CAP, NCH, V: tl.constexpr,
+                 CH: tl.constexpr, KP: tl.constexpr):
+    """Grid (R,). The exact radix select of one row in one looping program, for the rows that
+    ``_bd_final`` left (cnt [R] > CAP); every other row returns at once (one launch instead of
+    the radix prep's six). Over the row's chunks in order: the high-byte histogram, then the
+    low-byte histogram of high-byte bin b1 (the K-th value t), then the packed keys of every
+    element > t and of the first K - #(> t) elements == t in id order into key [R, K] int64;
+    then those keys sorted -> lp / ids (lse from pass A, already written)."""
+    row = tl.program_id(0).to(tl.int64)
+    if tl.load(cnt_ptr + row) <= CAP:
+        return
+    bins = tl.arange(0, 256)
+    h = tl.zeros([256], dtype=tl.int32)
+    for j in range(NCH):
+        offs = j * CH + tl.arange(0, CH)
+        m = offs < V
+        x = tl.load(x_ptr + row * V + offs, mask=m, other=float("-inf"))
+        h += tl.histogram(_ord16(x) >> 8, 256, mask=m)
+    ge = tl.sum(h, axis=0) - (tl.cumsum(h, axis=0) - h)  # elements in high-byte bins >= b
+    b1 = tl.max(tl.where(ge >= K, bins, -1), axis=0)
+    above = tl.sum(tl.where(bins > b1, h, 0), axis=0)
+    h2 = tl.zeros([256], dtype=tl.int32)
+    for j in range(NCH):
+        offs = j * CH + tl.arange(0, CH)
+        m = offs < V
+        o = _ord16(tl.load(x_ptr + row * V + offs, mask=m, other=float("-inf")))
+        h2 += tl.histogram(o & 255, 256, mask=m & ((o >> 8) == b1))
+    ge2 = tl.sum(h2, axis=0) - (tl.cumsum(h2, axis=0) - h2)
+    b2 = tl.max(tl.where(ge2 >= K - above, bins, -1), axis=0)
+    t = b1 * 256 + b2
+    ngt = above + tl.sum(tl.where(bins > b2, h2, 0), axis=0)
+    need = K - ngt
+    og = tl.zeros([], dtype=tl.int32)  # next "> t" slot, next "== t" rank
+    oe = tl.zeros([], dtype=tl.int32)
+    for j in range(NCH):
+        offs = j * CH + tl.arange(0, CH)
+        m = offs < V
+        o = _ord16(tl.load(x_ptr + row * V + offs, mask=m, other=float("-inf")))
+        gt = m & (o > t)
+        eq = m & (o == t)
+        c = tl.cumsum(gt.to(tl.int32) + (eq.to(tl.int32) << 16), axis=0)  # both counts, one scan
+        pe = oe + (c >> 16) - 1
+        se = eq & (pe < need)
+        slot = tl.where(gt, og + (c & 65535) - 1, ngt + pe)
+        key = ((65535 - o).to(tl.int64) << 32) | offs.to(tl.int64)
+        tl.store(key_ptr + row * K + tl.where(gt | se, slot, 0), key, mask=gt | se)
+        og += tl.sum(gt.to(tl.int32), axis=0)
+        oe += tl.sum(eq.to(tl.int32), axis=0)
+    tl.debug_barrier()  # the keys were written across lanes
+    kk = tl.arange(0, KP)
+    key = tl.load(key_ptr + row * K + kk, mask=kk < K, other=_MAXKEY)
+    _write_topk(x_ptr, lse_ptr, lp_ptr, ids_ptr, row, tl.sort(key), K, V, KP)
+
+
 def topk_bound_triton(x: torch.Tensor, k: int, chunk: int = 4096, sub_block: int = 64,
                       cap: int | None = None):
     """Exact per-row top-k under the tie rule (value desc, id asc) for 16-bit float logits,
@@ -1387,8 +1437,9 @@ def topk_bound_triton(x: torch.Tensor, k: int, chunk: int = 4096, sub_block: int
     x: [R, V] bf16/fp16; 1 <= k <= V; chunk: columns per pass-A/B program (a power of 2 in
     [64, 16384]); sub_block: elements per sub-block maximum (a power of 2 dividing chunk);
     cap: candidate slots per row (None: max(2 * next_pow2(k), 256)); a row with more candidates
-    is recomputed by the radix passes (one looping program per row). Returns lp [R, k] f32,
-    ids [R, k] int64, lse [R] f32. 4 launches + 6 gated ones; no host sync, CUDA-graph
+    is recomputed by ``_bd_fallback`` (one looping program per row). Returns lp [R, k] f32,
+    ids [R, k] int64, lse [R] f32. 5 launches (the last returns at once for rows that did not
+    overflow); no host sync, CUDA-graph
     capturable. Raises ValueError for other dtypes or bad k / chunk / sub_block / cap.
     """
     if x.dtype not in (torch.bfloat16, torch.float16):
@@ -1428,5 +1479,7 @@ def topk_bound_triton(x: torch.Tensor, k: int, chunk: int = 4096, sub_block: int
     _bd_pass_b[(R, NCH)](x, sbm, thr, cnt, cand, NCH, cap, V=V, CH=chunk, SB=sub_block, num_warps=8)
     _bd_final[(R,)](x, cand, cnt, lse, lp, ids, k, cap, V=V, CAPP=CAPP, KP=KP,
                     num_warps=4 if CAPP <= 1024 else 8)
-    _radix_into(x, k, chunk, 1, lp, ids, lse, gate=cnt, cap=cap)  # overflowed rows only
+    keys = torch.empty((R, k), dtype=torch.int64, device=dev)
+    _bd_fallback[(R,)](x, cnt, keys, lse, lp, ids, k, cap, NCH, V=V, CH=chunk, KP=KP,
+                       num_warps=8)  # overflowed rows only
     return lp, ids, lse
