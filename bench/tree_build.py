@@ -92,7 +92,7 @@ def main():
                 for bm in BEAMS:
                     var[(pr, bm)] = g(lambda: build_ddtree(x, roots, N, N, use_triton=True,
                                                            prep=pr, beam=bm))
-            dflt = (prefer_prep(bs * L, x.dtype), prefer_beam(N))
+            dflt = (prefer_prep(bs * L, x.dtype, N), prefer_beam(N))
             full = var[dflt] if dflt in var else g(lambda: build_ddtree(x, roots, N, N))
             eager = gpu_eager_median_us(lambda: build_ddtree(x, roots, N, N), reps=10)
             prep_radix = g(lambda: draft_topk(x, N, prep="radix"))

@@ -218,3 +218,19 @@ def test_build_from_topk_equals_build_from_logits():
     b = build_ddtree_from_topk(lp, ids, roots, 20, request_budget=rb, use_triton=False)
     for f in FIELDS + ("retrieve_next_token", "retrieve_next_sibling", "tree_mask", "num_nodes"):
         assert torch.equal(getattr(a, f), getattr(b, f)), f
+
+
+def test_variant_choice_follows_the_h200_measurements():
+    """prefer_prep / prefer_beam return the variants bench/RESULTS.md measured fastest: bound prep
+    for bf16 except radix at <= 15 rows with K >= 1024, chunked / row for other dtypes by row
+    count, and the pruned beam at every budget."""
+    from patchsets.ddtree.modules.ddtree_tree import prefer_beam, prefer_prep
+
+    assert prefer_prep(15, torch.bfloat16, 512) == "bound"
+    assert prefer_prep(15, torch.bfloat16) == "bound"
+    assert prefer_prep(15, torch.bfloat16, 1024) == "radix"
+    assert prefer_prep(120, torch.bfloat16, 1024) == "bound"
+    assert prefer_prep(960, torch.bfloat16, 256) == "bound"
+    assert prefer_prep(15, torch.float32, 1024) == "chunked"
+    assert prefer_prep(960, torch.float16, 256) == "row"
+    assert {prefer_beam(n) for n in (1, 16, 64, 512, 1024)} == {"prune"}

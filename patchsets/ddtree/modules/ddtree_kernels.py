@@ -2,21 +2,21 @@
 
 | kernel                     | torch twin                                | H200 result (bench/RESULTS.md)      |
 |----------------------------|-------------------------------------------|-------------------------------------|
-| ``topk_radix_triton``      | ``torch.topk`` + lse + tie fix (bf16/fp16) | was the default: 50-56 us at        |
-|                            | (3 passes over (row, program) grids, P    | bs 1, 1.56-1.61 ms at bs 64 (was    |
-|                            | programs per row looping over chunks)     | 59-66 us / 2.0-2.05 ms; row prep    |
-|                            |                                           | 340-381 us at bs 1)                 |
-| ``topk_bound_triton``      | same; sub-block maxima bound the K-th     | default prep for bf16: 36-46 us at  |
-|                            | value, only candidates sorted (radix      | bs 1, 618-691 us at bs 64 (radix    |
-|                            | passes redo overflowing rows)             | 48-50 us / 1.57-1.59 ms)            |
+| ``topk_radix_triton``      | ``torch.topk`` + lse + tie fix (bf16/fp16) | default at <= 15 rows, K >= 1024:   |
+|                            | (3 passes over (row, program) grids, P    | 47-54 us at bs 1, 1.54-1.61 ms at   |
+|                            | programs per row looping over chunks)     | bs 64 (row prep 340-381 us at bs 1) |
+| ``topk_bound_triton``      | same; sub-block maxima bound the K-th     | default prep for bf16: 28-41 us at  |
+|                            | value, only candidates sorted (one        | bs 1 (K <= 512), 588-863 us at bs   |
+|                            | looping program redoes overflowing rows)  | 64 (radix 47-54 us / 1.54-1.61 ms)  |
 | ``lse_triton``             | ``torch.logsumexp(x.float())``            | "row" prep (one program per row)    |
 | ``tie_fix_triton``         | full-vocabulary int32 ``where`` + topk    | "row" prep                          |
 | ``prep_chunked_triton``    | (both of the above, (row, chunk) grid)    | "chunked": 2.3x "row" at bs 1       |
 | ``beam_triton``            | ``ddtree_tree._beam_search`` (~10 ops/depth) | 24 us (N 16) .. 3.5 ms (N 1024)  |
 | ``beam_select_triton``     | same; selection instead of sorts          | 209 us (N 256) .. 678 us (N 1024)   |
-| ``beam_prune_triton``      | same; only candidates that can still be   | default: 17-35 us flat, 111-249 us  |
-|                            | in the global top-N (the heap's early stop)| peaked logits (N 256-512)          |
-| ``label_count_triton``     | selection + labelling in ``build_ddtree_from_topk``, positions from per-parent counts | 13-42 us (2-4x a per-depth sort) |
+| ``beam_prune_triton``      | same; only candidates that can still be   | default: 9-70 us flat, 22-413 us    |
+|                            | in the global top-N (the heap's early     | peaked logits (N 16-1024; 150 us at |
+|                            | stop), survivors merged, not re-sorted    | bs 1 N 512, was 198)                |
+| ``label_count_triton``     | selection + labelling in ``build_ddtree_from_topk``, positions from per-parent counts, one program per (request, depth) | 9-26 us (was 13-47 with a per-depth loop) |
 | ``tree_arrays_triton``     | ``ddtree_tree.build_tree_arrays``         | 10-68 us (was up to 1.2 ms)         |
 | ``custom_mask_triton``     | torch path of ``build_custom_mask``       | 1.4-3.6x faster                     |
 | ``greedy_walk_triton``     | torch path of ``ddtree_accept.greedy_accept`` | 10-14x faster (25-32 us)        |

@@ -64,29 +64,36 @@ DEFAULT_BEAM: Optional[str] = None
 # Measured crossovers (bench/RESULTS.md, H200 run 2026-11-30 06:50, V = 151,936, L = 15, K = N).
 _CHUNKED_PREP_MAX_ROWS = 120  # chunked vs row prep (measured on bf16): 2.3x at 15 rows, 1.15x
                               # at 120, 0.95x at 960
+_RADIX_PREP_MAX_ROWS_AT_K1024 = 15  # radix beats bound at 15 rows, K 1024 (2026-11-30 third session)
 
 
-def prefer_prep(rows: int, dtype: Optional[torch.dtype] = None) -> str:
-    """Triton prep variant for ``rows`` = bs * L logit rows of ``dtype``.
+def prefer_prep(rows: int, dtype: Optional[torch.dtype] = None, k: Optional[int] = None) -> str:
+    """Triton prep variant for ``rows`` = bs * L logit rows of ``dtype`` and top-K ``k``.
 
     "bound" for bf16: the fastest measured (H200, V = 151,936, bench/RESULTS.md 2026-11-30
-    09:12): 36-46 us at 15 rows and 618-691 us at 960 rows, against 48-50 us / 1.57-1.59 ms for
-    "radix" (and 2.5-2.7 ms for "row" / "chunked" at 960 rows). Other dtypes (fp16 runs the same
+    third session): 28-41 us at 15 rows for K <= 512 (64 us at K 1024, where radix takes 54) and
+    588-863 us at 960 rows, against 47-54 us / 1.54-1.61 ms for "radix" (and 2.5-2.7 ms for
+    "row" / "chunked" at 960 rows, 06:50 run). Except "radix" for bf16 with at most 15 rows and
+    k >= 1024: there the bound prep's sort of ~2K candidates in one program per row is the
+    slower part (bound 61.7 / 64.4 us against radix 53.8 / 53.7 at bs 1, N 1024, flat / peaked;
+    at 120 rows bound wins again, 124 against 219 us). Other dtypes (fp16 runs the same
     kernels but was not measured): "chunked" (programs over (row, 4096-column chunk)) up to 120
     rows, else "row".
     """
     if DEFAULT_PREP is not None:
         return DEFAULT_PREP
     if dtype == torch.bfloat16:
-        return "bound"
+        return "radix" if rows <= _RADIX_PREP_MAX_ROWS_AT_K1024 and (k or 0) >= 1024 else "bound"
     return "chunked" if rows <= _CHUNKED_PREP_MAX_ROWS else "row"
 
 
 def prefer_beam(budget: int) -> str:
     """Triton beam variant for budget N: "prune" (the heap's early stop: per depth only the
-    candidates still able to enter the global top-N). H200, bs 1 / 64, N 256 / 512 (bench/RESULTS.md,
-    2026-11-30 08:55): prune 17-35 us on flat logits (trees of depth <= 3) and 111-249 us on
-    peaked ones (depth 15), against 210-366 us for "select" and 527-1,354 us for "sort"."""
+    candidates still able to enter the global top-N) at every N. H200, V = 151,936, L = 15
+    (bench/RESULTS.md, 2026-11-30 third session): prune 9-70 us on flat logits (trees of depth
+    <= 4) and 22-413 us on peaked ones (depth 6-15) for N 16-1024, bs 1-64, against 78-694 us for
+    "select" and 22-3,479 us for "sort"; at N 16 prune 15.6 / 22.5 us against sort 24.4 / 24.2
+    (flat / peaked, bs 1), at N 64 14.9 / 38.6 against 80.6 / 78.6."""
     if DEFAULT_BEAM is not None:
         return DEFAULT_BEAM
     return "prune"
@@ -224,7 +231,7 @@ def draft_topk(
         ``ddtree_kernels.topk_bound_triton``, sub-block maxima bound the K-th value and only the
         candidates above it are sorted; the radix passes redo a row with too many); same ids, lse
         equal up to float32 rounding ("radix" and "bound": bit-identical). None =
-        ``prefer_prep(bs * L, dtype)`` (the H200 winner, bench/RESULTS.md), as in ``build_ddtree``.
+        ``prefer_prep(bs * L, dtype, K)`` (the H200 winner, bench/RESULTS.md), as in ``build_ddtree``.
     """
     if draft_logits.dim() != 3:
         raise ValueError(f"draft_logits must be [bs, L, V], got {tuple(draft_logits.shape)}")
@@ -234,7 +241,7 @@ def draft_topk(
     if use_triton is None:
         use_triton = x.device.type == "cuda"
     if prep is None:
-        prep = prefer_prep(bs * L, x.dtype)
+        prep = prefer_prep(bs * L, x.dtype, k)
     if prep not in ("row", "chunked", "radix", "bound"):
         raise ValueError(f"prep must be 'row', 'chunked', 'radix' or 'bound', got {prep!r}")
     if (prep in ("radix", "bound") and use_triton and topk_chunks <= 1
@@ -416,7 +423,7 @@ def build_ddtree(
         (bench/RESULTS.md). True on CPU tensors needs TRITON_INTERPRET=1.
       topk_chunks: see ``draft_topk``; None = 1 (on the H200 the two-stage top-K was no faster:
         bench/RESULTS.md).
-      prep: Triton prep kernels, see ``draft_topk``; None = ``prefer_prep(bs * L, dtype)``.
+      prep: Triton prep kernels, see ``draft_topk``; None = ``prefer_prep(bs * L, dtype, topk)``.
       beam: Triton beam, see ``build_ddtree_from_topk``; None = ``prefer_beam(budget)``.
     Returns:
       DDTree (see its docstring). Static shapes; no host synchronisation.
@@ -440,7 +447,7 @@ def build_ddtree(
         topk_chunks = 1
     lp, ids, _ = draft_topk(draft_logits, topk, exact_ties, use_triton=use_triton,
                             topk_chunks=topk_chunks,
-                            prep=prefer_prep(bs * L, draft_logits.dtype) if prep is None else prep)
+                            prep=prefer_prep(bs * L, draft_logits.dtype, min(topk, V)) if prep is None else prep)
     return build_ddtree_from_topk(lp, ids, root_tokens, N, request_budget, use_triton=use_triton,
                                   beam=beam)
 
