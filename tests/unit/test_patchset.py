@@ -319,3 +319,24 @@ def test_refresh_writes_scalars_that_read_back_as_strings():
         assert yaml.safe_load(f"k: {_scalar(value)}") == {"k": value}
     assert _scalar("ab" * 32) == "ab" * 32          # plain where safe: a refresh of a plain file is a no-op diff
     assert yaml.safe_load(f"k: {_scalar(None)}") == {"k": None}
+
+
+def test_shipped_patchsets_new_file_hashes_are_current():
+    """Every shipped patchset's expected hash of each new file equals the file in the repo: a
+    module edited without ``sglpatch patchset refresh`` fails here, not later at apply time."""
+    import yaml
+
+    root = Path(__file__).resolve().parents[2] / "patchsets"
+    checked = 0
+    for spec in sorted(root.glob("*/patchset.yaml")):
+        data = yaml.safe_load(spec.read_text())
+        for release, target in (data.get("targets") or {}).items():
+            expected = (target.get("expected") or {})
+            for dest, src in (target.get("new_files") or {}).items():
+                want = expected.get(dest)
+                got = sha((spec.parent / src).read_bytes())
+                assert want == got, (
+                    f"{spec}: {release} {dest} hash is stale; run "
+                    f"`python -m sglang_patcher patchset refresh {data['name']} --sglang {release}`")
+                checked += 1
+    assert checked, "no shipped new files found"
