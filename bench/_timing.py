@@ -51,7 +51,12 @@ def gpu_eager_median_us(fn: Callable[[], object], reps: int = 20, warmup: int = 
     return statistics.median(times)
 
 
-def cpu_median_us(fn: Callable[[], object], reps: int = 3) -> float:
+def cpu_median_us(fn: Callable[[], object], reps: int = 3, warmup: int = 1) -> float:
+    """Median wall time (µs) of fn over ``reps`` calls after ``warmup`` untimed ones (a first
+    call can pay one-off costs; single cold calls of the CPU heap on the H200 host swung between
+    6.9 and 53 ms at bs 1 for similar work, 2026-11-30 third session)."""
+    for _ in range(warmup):
+        fn()
     times = []
     for _ in range(reps):
         t0 = time.perf_counter()
