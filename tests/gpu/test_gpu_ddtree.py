@@ -255,8 +255,8 @@ def test_select_chunked_graph_replay_equals_eager(bs, N, prep):
 
 @pytest.mark.parametrize("kind", ["normal", "peaked", "ties"])
 def test_bound_prep_equals_radix_at_scale(kind):
-    """prep="bound" (sub-block maxima bound, candidates only; overflowing rows redone by the gated
-    radix passes) == prep="radix" bit for bit at bs 64 x L 15 rows of V = 151,936 (ties overflow
+    """prep="bound" (sub-block maxima bound, candidates only; overflowing rows redone by the one-launch
+    radix fallback) == prep="radix" bit for bit at bs 64 x L 15 rows of V = 151,936 (ties overflow
     the candidate cap and take the fallback), and the trees built from both are identical."""
     from patchsets.ddtree.modules import ddtree_kernels as KR
 

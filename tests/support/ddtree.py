@@ -50,3 +50,5 @@ def assert_prune_beam_matches(full, pruned) -> None:
             assert bool(pruned[1][b, d, :m].all()), f"request {b} depth {d}: beam is not a prefix"
             for name, f, p in zip(("score", "valid", "parent", "rank"), full[:4], pruned[:4]):
                 assert torch.equal(f[b, d, :m], p[b, d, :m]), f"request {b} depth {d}: {name} differs"
+            fs, ps = full[0][b, d, :m], pruned[0][b, d, :m]  # bit for bit: -0.0 is not +0.0
+            assert torch.equal(fs.view(torch.int32), ps.view(torch.int32)), f"request {b} depth {d}: score bits"

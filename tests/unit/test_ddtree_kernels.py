@@ -200,6 +200,54 @@ def test_radix_prep_programs_per_row(seed, R, V, chunk, kind):
     torch.testing.assert_close(lse0, torch.logsumexp(xf, dim=-1), rtol=0, atol=1e-5)
 
 
+@pytest.mark.parametrize("case", ["nan_depth", "positive_front", "neg_zero", "nan_logits_row"])
+def test_nan_and_out_of_contract_lp_build_the_same_valid_tree_everywhere(case):
+    """A NaN lp row (a drafter row of NaN or all -inf logits) drafts nothing and lp > 0 counts as
+    0 (``clean_lp``): every Triton beam, the torch path and the CPU heap build the same tree,
+    every parent an earlier valid node. Before, NaN ranked first, children came before their
+    parents and the label kernel read unwritten scratch (found in review). -0.0 sums keep their
+    sign bit in every beam."""
+    from patchsets.ddtree.modules.ddtree_reference import build_tree_reference_from_topk, reference_labelled
+    from patchsets.ddtree.modules.ddtree_tree import build_ddtree_from_topk, candidate_pairs, draft_topk
+
+    g = torch.Generator().manual_seed(7)
+    bs, L, N, K = 2, 4, 20, 10
+    if case == "nan_logits_row":
+        x = torch.randn(bs, L, 64, generator=g) * 3
+        x[0, 2] = float("nan")
+        x[1, 1] = float("-inf")
+        lp, ids, _ = draft_topk(x, K, use_triton=False)
+        assert torch.isnan(lp[0, 2]).all() and torch.isnan(lp[1, 1]).all()
+    else:
+        lp = -(torch.rand(bs, L, K, generator=g) * 5).sort(dim=-1).values  # non-increasing, <= 0
+        ids = torch.arange(K).expand(bs, L, K).contiguous() + 100
+        if case == "nan_depth":
+            lp[0, 2] = float("nan")
+            lp[1, 1, 3:] = float("nan")
+        elif case == "positive_front":
+            lp[:, 1, :2] = torch.tensor([2.0, 0.5])
+        else:
+            lp = torch.full((bs, L, K), -0.0)
+    roots = torch.tensor([5, 6])
+    ci, ck = candidate_pairs(N, K, "cpu")
+    full = KR.beam_triton(lp, N, ci, ck)
+    for a, b in zip(full, KR.beam_select_triton(lp, N, ci, ck)):
+        assert torch.equal(a, b)
+    assert_prune_beam_matches(full, KR.beam_prune_triton(lp, N, ci, ck, tiers=(2, 4)))
+    want = build_ddtree_from_topk(lp, ids, roots, N, use_triton=False)
+    for beam in ("sort", "select", "prune"):
+        got = build_ddtree_from_topk(lp, ids, roots, N, use_triton=True, beam=beam)
+        for f in ("tokens", "parents", "depths", "valid", "scores", "num_nodes", "tree_mask"):
+            assert torch.equal(getattr(got, f), getattr(want, f)), (beam, f)
+    for b in range(bs):
+        ref = reference_labelled(build_tree_reference_from_topk(lp[b], ids[b], N), int(roots[b]), N)
+        for f in ("tokens", "parents", "depths", "valid"):
+            assert torch.equal(getattr(want, f)[b], ref[f]), (b, f)
+        n = int(want.num_nodes[b])
+        par = want.parents[b, 1 : n + 1]
+        assert bool(((par >= 0) & (par < torch.arange(1, n + 1))).all())
+
+
 def test_pruned_beam_tiers_must_be_powers_of_two():
     lp = torch.zeros(1, 2, 4)
     ci, ck = torch.zeros(4, dtype=torch.int64), torch.arange(4)
@@ -230,7 +278,7 @@ def test_radix_programs_and_errors():
        cap_extra=st.sampled_from([None, 0, 3]))
 def test_bound_prep_property(seed, rows, V, kf, kind, sub, cap_extra):
     """Property: the bound prep (sub-block maxima bound the K-th value, only candidates sorted,
-    overflowing rows redone by the gated radix passes) gives the tie-rule ids and exactly the
+    overflowing rows redone by the one-launch radix fallback) gives the tie-rule ids and exactly the
     radix prep's lp and lse — flat, peaked and tied bf16 logits, -inf entries, small caps that
     force the fallback on some rows."""
     k = max(1, min(V, int(round(V * kf))))

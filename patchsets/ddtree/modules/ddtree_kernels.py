@@ -269,11 +269,11 @@ def _desc_key(s, v, sub):
 
 
 @triton.jit
-def _key_score(key):
-    """The float32 score of a valid ``_desc_key`` key (its inverse; -0.0 comes back as +0.0)."""
-    asc = 4294967295 - (key >> 30)
-    bits = tl.where(asc >= 2147483648, asc - 2147483648, 4294967295 - asc)
-    return bits.to(tl.uint32).to(tl.int32, bitcast=True).to(tl.float32, bitcast=True)
+def _clean_lp(x):
+    """Log-probs as the beams use them: NaN -> -inf (a row of NaN or all -inf logits has NaN
+    lp: it drafts nothing) and > 0 -> 0, so a child never outranks its parent. The torch twin is
+    ``ddtree_tree.clean_lp``."""
+    return tl.where(x <= 0.0, x, tl.where(x > 0.0, 0.0, float("-inf")))
 
 
 @triton.jit
@@ -347,7 +347,7 @@ def _beam_depth0(lp_b, score_ptr, valid_ptr, parent_ptr, rank_ptr, out_b, N, K, 
     offs_n = tl.arange(0, NP)
     nm = offs_n < N
     v0 = offs_n < tl.minimum(N, K)
-    s0 = tl.load(lp_b + offs_n, mask=v0, other=float("-inf"))
+    s0 = _clean_lp(tl.load(lp_b + offs_n, mask=v0, other=float("-inf")))
     tl.store(score_ptr + out_b + offs_n, s0, mask=nm)
     tl.store(valid_ptr + out_b + offs_n, v0.to(tl.int8), mask=nm)
     tl.store(parent_ptr + out_b + offs_n, tl.full([NP], -1, tl.int64), mask=nm)
@@ -392,7 +392,7 @@ def _beam_kernel(
         prev = out_b + (d - 1) * N
         ps = tl.load(score_ptr + prev + ci, mask=cm, other=float("-inf"))
         pv = tl.load(valid_ptr + prev + ci, mask=cm, other=0) != 0
-        lpv = tl.load(lp_b + d * K + ck, mask=cm, other=float("-inf"))
+        lpv = _clean_lp(tl.load(lp_b + d * K + ck, mask=cm, other=float("-inf")))
         s = ps + lpv
         key = tl.where(cm, _desc_key(s, pv & cm, offs_c), _MAXKEY)
         sk = tl.sort(key)
@@ -402,7 +402,7 @@ def _beam_kernel(
         c = tl.where(nm, top & 1073741823, 0)
         pi = tl.load(ci_ptr + c)
         pk = tl.load(ck_ptr + c)
-        sc = tl.load(score_ptr + prev + pi) + tl.load(lp_b + d * K + pk)
+        sc = tl.load(score_ptr + prev + pi) + _clean_lp(tl.load(lp_b + d * K + pk))
         vc = (tl.load(valid_ptr + prev + pi) != 0) & nm
         cur = out_b + d * N
         tl.store(score_ptr + cur + offs_n, sc, mask=nm)
@@ -668,7 +668,7 @@ def _beam_select_kernel(
         prev = out_b + (d - 1) * N
         ps = tl.load(score_ptr + prev + ci, mask=cm, other=float("-inf"))
         pv = tl.load(valid_ptr + prev + ci, mask=cm, other=0) != 0
-        lpv = tl.load(lp_b + d * K + ck, mask=cm, other=float("-inf"))
+        lpv = _clean_lp(tl.load(lp_b + d * K + ck, mask=cm, other=float("-inf")))
         s = ps + lpv
         key = tl.where(cm, _desc_key(s, pv & cm, offs_c), _MAXKEY)
         hi0 = tl.max(tl.where(head, key >> 30, 0), axis=0)
@@ -676,7 +676,7 @@ def _beam_select_kernel(
         c = tl.where(nm, top & 1073741823, 0)
         pi = tl.load(ci_ptr + c)
         pk = tl.load(ck_ptr + c)
-        sc = tl.load(score_ptr + prev + pi) + tl.load(lp_b + d * K + pk)
+        sc = tl.load(score_ptr + prev + pi) + _clean_lp(tl.load(lp_b + d * K + pk))
         vc = (tl.load(valid_ptr + prev + pi) != 0) & nm
         cur = out_b + d * N
         tl.store(score_ptr + cur + offs_n, sc, mask=nm)
@@ -732,8 +732,9 @@ def beam_select_triton(lp: torch.Tensor, budget: int, ci: torch.Tensor, ck: torc
 # ends the tree: later depths cost one scalar test. Candidate keys carry sub = d * N + i * K + r
 # (after every key of earlier depths; (i, r) = (parent order, rank) ascending, the candidate
 # table's order, so ties break as in the other beams); a surviving candidate's parent and rank
-# come back from its sub and its score from its key's bits, with no lookups. A beam entry's key
-# is then rewritten to sub = d * N + its beam position, as the other beams do.
+# come back from its sub with no table lookup (its score is re-added from the parent's score and
+# lp: the key folds -0.0 into +0.0). A beam entry's key is then rewritten to sub = d * N + its
+# beam position, as the other beams do.
 # The new survivors are merged into A without sorting the union: they are compacted, sorted at
 # the smallest of three tiers that holds them (64 / 256 / NP lanes; typically a few dozen to a
 # few hundred survive a depth), and min(A[j], survivors descending) followed by one bitonic merge
@@ -820,7 +821,7 @@ def _beam_prune_kernel(
             tau = tl.max(tl.where(nm, A, 0), axis=0)  # A[N - 1]
             pv = cm & (ci < m_prev)  # the beam of depth d-1 is its first m_prev entries
             ps = tl.load(score_ptr + prev + ci, mask=pv, other=float("-inf"))
-            lpv = tl.load(lp_b + d * K + ck, mask=pv, other=float("-inf"))
+            lpv = _clean_lp(tl.load(lp_b + d * K + ck, mask=pv, other=float("-inf")))
             key = _desc_key(ps + lpv, pv, d * N + ci * K + ck)  # (i, r) in the sub: no lookups later
             alive = pv & (key < tau)
             n_alive = tl.sum(alive.to(tl.int32), axis=0)
@@ -852,7 +853,8 @@ def _beam_prune_kernel(
                 c = tl.where(isb, sub - d * N, 0)
                 pi = c // K
                 pk = c - pi * K
-                sc = _key_score(A2)  # the key holds the score's exact bits
+                sc = (tl.load(score_ptr + prev + pi, mask=isb, other=0.0)  # the key's addition, so
+                      + _clean_lp(tl.load(lp_b + d * K + pk, mask=isb, other=0.0)))  # -0.0 too
                 dst = cur + tl.where(isb, posb, 0)
                 tl.store(score_ptr + dst, sc, mask=isb)
                 tl.store(parent_ptr + dst, pi, mask=isb)

@@ -132,12 +132,15 @@ def build_tree_reference_from_topk(lp, ids, budget: int) -> RefTree:
     """The heap on prepared per-depth top-K lists.
 
     Args:
-      lp: [L, K'] float32 (ndarray or tensor) log-probs in rank order (non-increasing);
+      lp: [L, K'] float32 (ndarray or tensor) log-probs in rank order (non-increasing); NaN
+        counts as -inf and > 0 as 0 (``ddtree_tree.clean_lp``);
       ids: [L, K'] int64 token ids in rank order; budget: N >= 0.
     Returns:
       RefTree (see ``build_tree_reference``).
     """
     lp = np.asarray(lp.cpu() if isinstance(lp, torch.Tensor) else lp, dtype=np.float32)
+    # NaN -> -inf, > 0 -> 0: the rule of every builder (ddtree_tree.clean_lp)
+    lp = np.where(lp <= 0, lp, np.where(lp > 0, np.float32(0), np.float32(-np.inf))).astype(np.float32)
     ids = np.asarray(ids.cpu() if isinstance(ids, torch.Tensor) else ids, dtype=np.int64)
     L, K = lp.shape
     f32 = np.float32

@@ -53,6 +53,7 @@ __all__ = [
     "custom_mask_size",
     "tree_positions",
     "desc_key",
+    "clean_lp",
 ]
 
 # Triton-path variants (bench/RESULTS.md): the prep kernels of ``draft_topk`` and the beam of
@@ -163,6 +164,17 @@ def desc_key(score: torch.Tensor, valid: torch.Tensor, sub: torch.Tensor) -> tor
     return (primary << _SUB_BITS) | sub
 
 
+def clean_lp(lp: torch.Tensor) -> torch.Tensor:
+    """Log-probs as every tree builder uses them: NaN -> -inf and > 0 -> 0 (same dtype/shape).
+
+    A drafter row of NaN or all -inf logits gives NaN lp (lse is NaN / -inf): such a depth drafts
+    nothing instead of ranking first (NaN sorts above every score and would put children before
+    their parents). Positive entries, outside the contract of log-probs, are cut to 0 so that a
+    child never outranks its parent. The Triton beams apply the same rule as they load lp
+    (``ddtree_kernels._clean_lp``), the CPU heap too (``ddtree_reference``)."""
+    return torch.where(lp <= 0, lp, torch.where(lp > 0, torch.zeros_like(lp), torch.full_like(lp, float("-inf"))))
+
+
 @functools.lru_cache(maxsize=64)
 def _candidate_pairs_cached(budget: int, k: int, device: str) -> Tuple[torch.Tensor, torch.Tensor]:
     ii, kk = [], []
@@ -229,7 +241,7 @@ def draft_topk(
         "chunked": ``ddtree_kernels.topk_radix_triton``, an exact two-byte radix select with no
         ``torch.topk`` and no tie pass), or "bound" (bf16/fp16 only, else "chunked":
         ``ddtree_kernels.topk_bound_triton``, sub-block maxima bound the K-th value and only the
-        candidates above it are sorted; the radix passes redo a row with too many); same ids, lse
+        candidates above it are sorted; one looping radix program per row redoes a row with too many); same ids, lse
         equal up to float32 rounding ("radix" and "bound": bit-identical). None =
         ``prefer_prep(bs * L, dtype, K)`` (the H200 winner, bench/RESULTS.md), as in ``build_ddtree``.
     """
@@ -307,6 +319,7 @@ def _beam_search(lp: torch.Tensor, budget: int):
     bs, L, K = lp.shape
     N = budget
     dev = lp.device
+    lp = clean_lp(lp)
     n1 = min(N, K)
     score = torch.full((bs, N), float("-inf"), dtype=torch.float32, device=dev)
     score[:, :n1] = lp[:, 0, :n1]
@@ -465,7 +478,9 @@ def build_ddtree_from_topk(
 
     Args:
       lp: [bs, L, K] float32 log-probs in rank order (non-increasing along K; -inf allowed),
-        as ``draft_topk`` returns them; ids: [bs, L, K] int64 global token ids in the same order.
+        as ``draft_topk`` returns them; NaN counts as -inf and > 0 as 0 (``clean_lp``: a NaN or
+        all -inf logits row drafts nothing); ids: [bs, L, K] int64 global token ids in the same
+        order.
       root_tokens, budget, request_budget, use_triton: as in ``build_ddtree``.
       beam: Triton path only — "sort" (``beam_triton``: per depth a full ``tl.sort`` of the
         ~N H(N) candidate keys and a merge sort for the global order) or "select"
