@@ -779,6 +779,15 @@ def _merge_top(A, top_desc, NP: tl.constexpr, S: tl.constexpr, LOGNP: tl.constex
 
 
 @triton.jit
+def _merge_compacted(A, scr, n, NP: tl.constexpr, S: tl.constexpr, LOGNP: tl.constexpr):
+    """``_merge_top`` of A with the n (<= S) keys compacted at scr[0 .. n), read into S lanes
+    (_MAXKEY past n) and sorted descending."""
+    o = tl.arange(0, S)
+    t = tl.load(scr + o, mask=o < n, other=_MAXKEY)
+    return _merge_top(A, tl.sort(t, descending=True), NP, S, LOGNP)
+
+
+@triton.jit
 def _beam_prune_kernel(
     lp_ptr,  # [bs, L, K] f32
     ci_ptr,  # [C] int64
@@ -835,16 +844,11 @@ def _beam_prune_kernel(
                     tl.store(scr + tl.where(alive, pos, 0), key, mask=alive)
                     tl.debug_barrier()
                     if n_alive <= S1:
-                        o1 = tl.arange(0, S1)
-                        t1 = tl.load(scr + o1, mask=o1 < n_alive, other=_MAXKEY)
-                        A2 = _merge_top(A, tl.sort(t1, descending=True), NP, S1, LOGNP)
+                        A2 = _merge_compacted(A, scr, n_alive, NP, S1, LOGNP)
                     elif n_alive <= S2:
-                        o2 = tl.arange(0, S2)
-                        t2 = tl.load(scr + o2, mask=o2 < n_alive, other=_MAXKEY)
-                        A2 = _merge_top(A, tl.sort(t2, descending=True), NP, S2, LOGNP)
+                        A2 = _merge_compacted(A, scr, n_alive, NP, S2, LOGNP)
                     else:
-                        t3 = tl.load(scr + offs_n, mask=offs_n < n_alive, other=_MAXKEY)
-                        A2 = _merge_top(A, tl.sort(t3, descending=True), NP, NP, LOGNP)
+                        A2 = _merge_compacted(A, scr, n_alive, NP, NP, LOGNP)
                     tl.debug_barrier()
                 sub = A2 & 1073741823
                 isb = nm & (A2 != _MAXKEY) & (sub >= d * N)
@@ -980,7 +984,7 @@ def _label_depth_kernel(
         tl.store(num_ptr + b, total)
     if m_d > 0:
         cnt = cnt_ptr + (b * L + d) * NP
-        off = 1 + tl.sum((dd >= 0).to(tl.int64) * (dd < d).to(tl.int64), axis=0)
+        off = 1 + tl.sum(((dd >= 0) & (dd < d)).to(tl.int64), axis=0)
         base = (b * L + d) * N
         pm = offs < m_d
         slot, par, rk = _depth_slots(parent_ptr, rank_ptr, base, m_d, cnt, offs, NP)
@@ -1066,6 +1070,38 @@ def _ord16(x):
 
 
 @triton.jit
+def _kth_bin(h, K):
+    """From a 256-bin histogram h ([256] int32): the bin b of the K-th largest element (the
+    largest b with #(elements in bins >= b) >= K; -1 when fewer than K) and #(elements in bins
+    > b)."""
+    bins = tl.arange(0, 256)
+    ge = tl.sum(h, axis=0) - (tl.cumsum(h, axis=0) - h)  # elements in bins >= b
+    b = tl.max(tl.where(ge >= K, bins, -1), axis=0)
+    return b, tl.sum(tl.where(bins > b, h, 0), axis=0)
+
+
+@triton.jit
+def _select_chunk(x_ptr, key_ptr, row, offs, m, t, ngt, need, og, oe, K, V: tl.constexpr):
+    """One chunk of the radix select's write pass: the packed keys ((65535 - ord16) << 32 | id,
+    int64) of its elements > t go to key [row, og ...] and those == t, while their rank oe ... is
+    below need, to key [row, ngt + rank]; offs / m: the chunk's columns and mask. Chunks must
+    come in column order. Returns og, oe advanced past the chunk."""
+    o = _ord16(tl.load(x_ptr + row * V + offs, mask=m, other=float("-inf")))
+    gt = m & (o > t)
+    eq = m & (o == t)
+    # one scan and one sum for both counts: #(> t) in the low 16 bits, #(== t) above (CH <= 16384)
+    ge = gt.to(tl.int32) + (eq.to(tl.int32) << 16)
+    c = tl.cumsum(ge, axis=0)
+    pe = oe + (c >> 16) - 1
+    se = eq & (pe < need)
+    key = ((65535 - o).to(tl.int64) << 32) | offs.to(tl.int64)
+    slot = tl.where(gt, og + (c & 65535) - 1, ngt + pe)
+    tl.store(key_ptr + row * K + tl.where(gt | se, slot, 0), key, mask=gt | se)
+    s = tl.sum(ge, axis=0)
+    return og + (s & 65535), oe + (s >> 16)
+
+
+@triton.jit
 def _rk_pass_a(x_ptr, pm_ptr, ps_ptr, h_ptr, NCH, V: tl.constexpr, CH: tl.constexpr, T: tl.constexpr):
     """Grid (R, P). Per chunk: max pm / sum of exp(x - max) ps ([R, NCH] f32); per program: the
     high-byte histogram of its T chunks (h [R, P, 256] int32)."""
@@ -1094,11 +1130,9 @@ def _rk_combine_a(pm_ptr, ps_ptr, h_ptr, lse_ptr, b1_ptr, ab_ptr, K, NCH, P, NCH
     bins = tl.arange(0, 256)
     q = tl.arange(0, PP)
     hist = tl.load(h_ptr + (row * P + q[:, None]) * 256 + bins[None, :], mask=(q < P)[:, None], other=0)
-    t = tl.sum(hist, axis=0)  # [256]
-    ge = tl.sum(t, axis=0) - (tl.cumsum(t, axis=0) - t)  # elements in bins >= b
-    b1 = tl.max(tl.where(ge >= K, bins, -1), axis=0)
+    b1, above = _kth_bin(tl.sum(hist, axis=0), K)
     tl.store(b1_ptr + row, b1)
-    tl.store(ab_ptr + row, tl.sum(tl.where(bins > b1, t, 0), axis=0))
+    tl.store(ab_ptr + row, above)
 
 
 @triton.jit
@@ -1133,14 +1167,11 @@ def _rk_combine_b(b1_ptr, ab_ptr, h_ptr, cg_ptr, t_ptr, ngt_ptr, og_ptr, oe_ptr,
     om = o < P
     bins = tl.arange(0, 256)
     hist = tl.load(h_ptr + (row * P + o[:, None]) * 256 + bins[None, :], mask=om[:, None], other=0)
-    t2 = tl.sum(hist, axis=0)
     b1 = tl.load(b1_ptr + row)
     above = tl.load(ab_ptr + row)
-    k2 = K - above
-    ge = tl.sum(t2, axis=0) - (tl.cumsum(t2, axis=0) - t2)
-    b2 = tl.max(tl.where(ge >= k2, bins, -1), axis=0)
+    b2, above2 = _kth_bin(tl.sum(hist, axis=0), K - above)
     tl.store(t_ptr + row, b1 * 256 + b2)
-    tl.store(ngt_ptr + row, above + tl.sum(tl.where(bins > b2, t2, 0), axis=0))
+    tl.store(ngt_ptr + row, above + above2)
     cgt = tl.load(cg_ptr + row * P + o, mask=om, other=0) + tl.sum(
         tl.where(bins[None, :] > b2, hist, 0), axis=1)
     ceq = tl.sum(tl.where(bins[None, :] == b2, hist, 0), axis=1)
@@ -1171,22 +1202,7 @@ def _rk_pass_c(x_ptr, t_ptr, ngt_ptr, og_ptr, oe_ptr, cg_ptr, ce_ptr, key_ptr, K
         work = (og < g_end) | (oe < e_end)
         offs = (p * T + j) * CH + tl.arange(0, CH)
         m = (offs < V) & (tl.full([CH], 1, tl.int1) & work)
-        x = tl.load(x_ptr + row * V + offs, mask=m, other=float("-inf"))
-        o = _ord16(x)
-        gt = m & (o > t)
-        eq = m & (o == t)
-        # one scan and one sum for both counts: #(> t) in the low 16 bits, #(== t) above (CH <= 16384)
-        ge = gt.to(tl.int32) + (eq.to(tl.int32) << 16)
-        c = tl.cumsum(ge, axis=0)
-        pg = og + (c & 65535) - 1
-        pe = oe + (c >> 16) - 1
-        se = eq & (pe < need)
-        key = ((65535 - o).to(tl.int64) << 32) | offs.to(tl.int64)
-        slot = tl.where(gt, pg, ngt + pe)
-        tl.store(key_ptr + row * K + tl.where(gt | se, slot, 0), key, mask=gt | se)
-        s = tl.sum(ge, axis=0)
-        og += s & 65535
-        oe += s >> 16
+        og, oe = _select_chunk(x_ptr, key_ptr, row, offs, m, t, ngt, need, og, oe, K, V)
 
 
 @triton.jit
@@ -1207,6 +1223,20 @@ def _rk_programs(nch: int, programs_per_row: int | None = None) -> tuple[int, in
     return triton.cdiv(nch, t), t
 
 
+def _check_16bit_topk(name: str, x: torch.Tensor, k: int, chunk: int, min_chunk: int):
+    """The argument checks shared by the 16-bit top-k preps; returns (R, V). Raises ValueError
+    naming ``name`` for another dtype, k outside [1, V] or a chunk that is not a power of 2 in
+    [min_chunk, 16384]."""
+    if x.dtype not in (torch.bfloat16, torch.float16):
+        raise ValueError(f"{name} needs bf16/fp16 logits, got {x.dtype}")
+    R, V = x.shape
+    if not 1 <= k <= V:
+        raise ValueError(f"{name} needs 1 <= k <= V = {V}, got k = {k}")
+    if not (min_chunk <= chunk <= 16384 and chunk & (chunk - 1) == 0):
+        raise ValueError(f"chunk must be a power of 2 in [{min_chunk}, 16384], got {chunk}")
+    return R, V
+
+
 def topk_radix_triton(x: torch.Tensor, k: int, chunk: int = 4096,
                       programs_per_row: int | None = None):
     """Exact per-row top-k under the tie rule (value desc, id asc) for 16-bit float logits.
@@ -1222,13 +1252,7 @@ def topk_radix_triton(x: torch.Tensor, k: int, chunk: int = 4096,
     on P (lse comes from the same per-chunk partials for every P). Raises ValueError for other
     dtypes, k outside [1, V], chunk not a power of 2 in [16, 16384] or programs_per_row < 1.
     """
-    if x.dtype not in (torch.bfloat16, torch.float16):
-        raise ValueError(f"topk_radix_triton needs bf16/fp16 logits, got {x.dtype}")
-    R, V = x.shape
-    if not 1 <= k <= V:
-        raise ValueError(f"topk_radix_triton needs 1 <= k <= V = {V}, got k = {k}")
-    if not (16 <= chunk <= 16384 and chunk & (chunk - 1) == 0):
-        raise ValueError(f"chunk must be a power of 2 in [16, 16384], got {chunk}")
+    R, V = _check_16bit_topk("topk_radix_triton", x, k, chunk, 16)
     if programs_per_row is not None and programs_per_row < 1:
         raise ValueError(f"programs_per_row must be >= 1, got {programs_per_row}")
     dev = x.device
@@ -1387,43 +1411,28 @@ def _bd_fallback(x_ptr, cnt_ptr, key_ptr, lse_ptr, lp_ptr, ids_ptr, K, CAP, NCH,
     row = tl.program_id(0).to(tl.int64)
     if tl.load(cnt_ptr + row) <= CAP:
         return
-    bins = tl.arange(0, 256)
     h = tl.zeros([256], dtype=tl.int32)
     for j in range(NCH):
         offs = j * CH + tl.arange(0, CH)
         m = offs < V
         x = tl.load(x_ptr + row * V + offs, mask=m, other=float("-inf"))
         h += tl.histogram(_ord16(x) >> 8, 256, mask=m)
-    ge = tl.sum(h, axis=0) - (tl.cumsum(h, axis=0) - h)  # elements in high-byte bins >= b
-    b1 = tl.max(tl.where(ge >= K, bins, -1), axis=0)
-    above = tl.sum(tl.where(bins > b1, h, 0), axis=0)
+    b1, above = _kth_bin(h, K)
     h2 = tl.zeros([256], dtype=tl.int32)
     for j in range(NCH):
         offs = j * CH + tl.arange(0, CH)
         m = offs < V
         o = _ord16(tl.load(x_ptr + row * V + offs, mask=m, other=float("-inf")))
         h2 += tl.histogram(o & 255, 256, mask=m & ((o >> 8) == b1))
-    ge2 = tl.sum(h2, axis=0) - (tl.cumsum(h2, axis=0) - h2)
-    b2 = tl.max(tl.where(ge2 >= K - above, bins, -1), axis=0)
+    b2, above2 = _kth_bin(h2, K - above)
     t = b1 * 256 + b2
-    ngt = above + tl.sum(tl.where(bins > b2, h2, 0), axis=0)
+    ngt = above + above2
     need = K - ngt
     og = tl.zeros([], dtype=tl.int32)  # next "> t" slot, next "== t" rank
     oe = tl.zeros([], dtype=tl.int32)
     for j in range(NCH):
         offs = j * CH + tl.arange(0, CH)
-        m = offs < V
-        o = _ord16(tl.load(x_ptr + row * V + offs, mask=m, other=float("-inf")))
-        gt = m & (o > t)
-        eq = m & (o == t)
-        c = tl.cumsum(gt.to(tl.int32) + (eq.to(tl.int32) << 16), axis=0)  # both counts, one scan
-        pe = oe + (c >> 16) - 1
-        se = eq & (pe < need)
-        slot = tl.where(gt, og + (c & 65535) - 1, ngt + pe)
-        key = ((65535 - o).to(tl.int64) << 32) | offs.to(tl.int64)
-        tl.store(key_ptr + row * K + tl.where(gt | se, slot, 0), key, mask=gt | se)
-        og += tl.sum(gt.to(tl.int32), axis=0)
-        oe += tl.sum(eq.to(tl.int32), axis=0)
+        og, oe = _select_chunk(x_ptr, key_ptr, row, offs, offs < V, t, ngt, need, og, oe, K, V)
     tl.debug_barrier()  # the keys were written across lanes
     kk = tl.arange(0, KP)
     key = tl.load(key_ptr + row * K + kk, mask=kk < K, other=_MAXKEY)
@@ -1444,13 +1453,7 @@ def topk_bound_triton(x: torch.Tensor, k: int, chunk: int = 4096, sub_block: int
     overflow); no host sync, CUDA-graph
     capturable. Raises ValueError for other dtypes or bad k / chunk / sub_block / cap.
     """
-    if x.dtype not in (torch.bfloat16, torch.float16):
-        raise ValueError(f"topk_bound_triton needs bf16/fp16 logits, got {x.dtype}")
-    R, V = x.shape
-    if not 1 <= k <= V:
-        raise ValueError(f"topk_bound_triton needs 1 <= k <= V = {V}, got k = {k}")
-    if not (64 <= chunk <= 16384 and chunk & (chunk - 1) == 0):
-        raise ValueError(f"chunk must be a power of 2 in [64, 16384], got {chunk}")
+    R, V = _check_16bit_topk("topk_bound_triton", x, k, chunk, 64)
     if not (1 <= sub_block <= chunk and sub_block & (sub_block - 1) == 0):
         raise ValueError(f"sub_block must be a power of 2 dividing chunk = {chunk}, got {sub_block}")
     KP = max(16, triton.next_power_of_2(k))

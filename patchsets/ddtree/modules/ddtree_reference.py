@@ -37,6 +37,8 @@ from typing import List, Optional, Sequence, Tuple
 import numpy as np
 import torch
 
+from .ddtree_tree import clean_lp
+
 __all__ = [
     "RefTree",
     "build_tree_reference",
@@ -138,9 +140,7 @@ def build_tree_reference_from_topk(lp, ids, budget: int) -> RefTree:
     Returns:
       RefTree (see ``build_tree_reference``).
     """
-    lp = np.asarray(lp.cpu() if isinstance(lp, torch.Tensor) else lp, dtype=np.float32)
-    # NaN -> -inf, > 0 -> 0: the rule of every builder (ddtree_tree.clean_lp)
-    lp = np.where(lp <= 0, lp, np.where(lp > 0, np.float32(0), np.float32(-np.inf))).astype(np.float32)
+    lp = clean_lp(torch.as_tensor(lp, dtype=torch.float32).cpu()).numpy()  # NaN -> -inf, > 0 -> 0
     ids = np.asarray(ids.cpu() if isinstance(ids, torch.Tensor) else ids, dtype=np.int64)
     L, K = lp.shape
     f32 = np.float32
