@@ -64,15 +64,16 @@ class AppContext:
             self.console.print(renderable)
 
     def result(self, obj: Any) -> None:
-        """Print a result: its JSON with --json, else its rich rendering."""
+        """Print a result: its JSON with --json, else its rich rendering (never cropped at the
+        terminal width when the result says ``uncropped``, as a full diff does)."""
         if self.as_json:
             data = obj.to_json() if hasattr(obj, "to_json") else obj
             if isinstance(data, str):
                 click.echo(data)
             else:
                 click.echo(json.dumps(data, indent=2, sort_keys=True, default=str))
-        else:
-            self.console.print(obj)
+        else:  # soft wrap: lines longer than the terminal are printed whole (a diff's must be)
+            self.console.print(obj, soft_wrap=bool(getattr(obj, "uncropped", False)))
 
 
 pass_app = click.make_pass_decorator(AppContext)

@@ -204,6 +204,12 @@ class DiffReport:
     result: Any  # applier.ApplyResult
     full: bool = True  # False: a diffstat instead of the whole diff (the demo's view)
 
+    @property
+    def uncropped(self) -> bool:
+        """True when the rendering holds the whole diff: its lines must reach the output whole,
+        never cropped or wrapped at the terminal width (``AppContext.result`` honours it)."""
+        return self.full
+
     def diffstat(self) -> list[tuple[str, int, int]]:
         """(path, lines added, lines removed) per changed file, from the unified diff."""
         stats: dict[str, list[int]] = {}

@@ -76,6 +76,12 @@ def test_diff_against_the_pypi_wheel_needs_no_ssh(capsys, sglpatch_home):
     assert data["revision"] >= 1
     assert "sglang/srt/speculative/spec_info.py" in data["files"]
     assert "+    DDTREE = auto()" in data["diff"]
+    # the plain output holds every diff line whole, also the ones wider than the (80-column,
+    # not a terminal) console: cropping made distinct -/+ lines print the same (new-user run)
+    long_lines = [line for line in data["diff"].splitlines() if len(line) > 100]
+    assert long_lines
+    printed = set(out.splitlines())
+    assert all(line in printed for line in long_lines)
 
 
 def test_diff_of_an_unsupported_release_lists_the_supported_ones(capsys, sglpatch_home):
