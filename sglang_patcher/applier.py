@@ -14,8 +14,10 @@ Rules (the failure classes in ``design/failure-modes.md``, "Applying"):
   ignores the line numbers of the hunk header, so a hunk that matches uniquely elsewhere is applied
   and reported with ``status="offset"`` and its ``offset_lines``.
 * **Anchoring** (as GNU ``patch`` with fuzz 0): a hunk with fewer leading than trailing context lines
-  must sit at the start of the file, one with fewer trailing than leading lines at its end. This is
-  what makes a re-run of an "append at the end" hunk recognisable as already applied.
+  must sit at the start of the file, one with fewer trailing than leading lines at its end, and one
+  with context lines but none at either end (it changes its first and its last line) must cover the
+  whole file. This is what makes a re-run of an "append at the end" (or "insert at both ends") hunk
+  recognisable as already applied.
 * **Already applied.** When the old side occurs nowhere but the new side (context + added lines)
   occurs, the hunk is reported ``status="already_applied"`` and changes nothing — it is never
   reverse-applied. Likewise a file the patch creates that already exists with the patch's content,
@@ -34,7 +36,7 @@ stripped) and must stay inside site-packages (no absolute paths, no ``..``). Ref
 submodules, hunks without any context on a non-empty file, quoted paths with escapes.
 Malformed diff text raises :class:`PatchsetError`.
 
-Line endings (decided here, tested in ``tests/unit/test_applier_eol.py``):
+Line endings (decided here, tested in ``tests/unit/test_applier.py``):
 
 * Files are bytes; a line is everything up to and including ``\\n``. Hunk lines are compared with
   their endings, so by default a hunk's endings must match the target's exactly.
@@ -334,6 +336,7 @@ class _Hunk:
     target_start: int
     target_length: int
     diff_line: int | None
+    anchor: str | None        # "start", "end", "both" (the whole file) or None: see _anchor()
 
 
 def _hunks(pf, source: str, path: str) -> list[_Hunk]:
@@ -374,8 +377,28 @@ def _hunks(pf, source: str, path: str) -> list[_Hunk]:
                                          hunk.target_start, hunk.target_length)
         first = hunk[0].diff_line_no if len(hunk) and hunk[0].diff_line_no else None
         out.append(_Hunk(i, header, old, new, lead, trail, hunk.source_start, hunk.source_length,
-                         hunk.target_start, hunk.target_length, first - 1 if first else None))
+                         hunk.target_start, hunk.target_length, first - 1 if first else None,
+                         _anchor(lead, trail, kinds.count(" "))))
     return out
+
+
+def _anchor(lead: int, trail: int, context: int) -> str | None:
+    """Where a hunk must sit, from its leading / trailing context line counts (GNU ``patch``, fuzz 0).
+
+    Fewer leading than trailing lines: at the start of the file; fewer trailing: at its end. A hunk
+    with context lines but none at either end (changes on its first and its last line) came from a
+    diff with context ≥ 1 whose hunk touched both ends of the file, so its old side is the whole
+    file. Without this, re-applying "insert a line before the first and after the last" found the
+    old side again inside the patched file and inserted the lines twice. A hunk without any context
+    (``diff -U0``) is not anchored.
+    """
+    if lead < trail:
+        return "start"
+    if trail < lead:
+        return "end"
+    if lead == 0 and context:
+        return "both"
+    return None
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -544,13 +567,13 @@ def _move(work: _Work, source: str, src: str, dst: str, hunks: list[_Hunk], old_
     work.hunks.append(HunkReport(source, dst, 0, header, "applied"))
 
 
-def _find(lines: list[bytes], needle: list[bytes], lead: int, trail: int) -> list[int]:
+def _find(lines: list[bytes], needle: list[bytes], anchor: str | None) -> list[int]:
     n, total = len(needle), len(lines)
-    if n > total:
+    if n > total or (anchor == "both" and n != total):
         return []
-    if lead < trail:
+    if anchor in ("start", "both"):
         candidates: Iterable[int] = (0,)
-    elif trail < lead:
+    elif anchor == "end":
         candidates = (total - n,)
     else:
         first = needle[0]
@@ -565,13 +588,11 @@ def _show(lines: list[bytes], i: int) -> str:
 
 
 def _anchor_note(h: _Hunk) -> str:
-    if h.lead < h.trail:
-        return (f" (it has {h.lead} leading and {h.trail} trailing context lines, so it must apply at the "
-                f"start of the file)")
-    if h.trail < h.lead:
-        return (f" (it has {h.lead} leading and {h.trail} trailing context lines, so it must apply at the "
-                f"end of the file)")
-    return ""
+    where = {"start": "at the start of the file", "end": "at the end of the file",
+             "both": "to the whole file"}.get(h.anchor or "")
+    if not where:
+        return ""
+    return f" (it has {h.lead} leading and {h.trail} trailing context lines, so it must apply {where})"
 
 
 def _no_match(h: _Hunk, old: list[bytes], lines: list[bytes], expected: int, source: str, path: str) -> ApplyError:
@@ -625,7 +646,7 @@ def _apply_hunks(cur: bytes, hunks: list[_Hunk], source: str, path: str, work: _
                                  f"cannot be placed strictly in a non-empty file",
                                  hint="regenerate the patch with context (git diff -U3)")
         else:
-            places = [] if only_check_applied else _find(lines, old, h.lead, h.trail)
+            places = [] if only_check_applied else _find(lines, old, h.anchor)
             if len(places) > 1:
                 shown = ", ".join(str(p + 1) for p in places)
                 raise ApplyError(
@@ -633,7 +654,7 @@ def _apply_hunks(cur: bytes, hunks: list[_Hunk], source: str, path: str, work: _
                     f"lines {shown} of the file; fuzz-0 application needs exactly one place",
                     hint="regenerate the patch with more context (e.g. git diff -U6) so the hunk is unique")
             if not places:
-                applied_at = _find(lines, new, h.lead, h.trail) if new else ([0] if not lines else [])
+                applied_at = _find(lines, new, h.anchor) if new else ([0] if not lines else [])
                 if applied_at:
                     pos = applied_at[0]
                     reports.append(HunkReport(source, name, h.index, h.header, "already_applied",

@@ -170,6 +170,27 @@ def test_insert_at_start_must_anchor_at_start():
         apply_patch(patch, reader({P: moved}), source="p")
 
 
+def test_insert_at_both_ends_covers_the_whole_file_and_reruns_as_already_applied():
+    old = b"a\nb\n"
+    new = b"top\na\nb\nbottom\n"
+    patch = udiff(P, old, new)          # context in the middle, none at either end
+    once = apply_patch(patch, reader({P: old}), source="p").files[P].new
+    assert once == new
+    twice = apply_patch(patch, reader({P: once}), source="p")
+    assert twice.files[P].new == new and twice.hunks[0].status == "already_applied"
+    # the old side inside a longer file is not the whole file: refused, never inserted twice
+    with pytest.raises(ApplyError, match="whole file"):
+        apply_patch(patch, reader({P: b"x\n" + old + b"y\n"}), source="p")
+
+
+def test_zero_context_replacement_is_not_anchored():
+    old = numbered(10)
+    new = edit(old, 5, "five\n")
+    patch = udiff(P, old, new, n=0)     # -U0: no context at all, placed by its removed line
+    r = apply_patch(patch, reader({P: b"extra\n" + old}), source="p")
+    assert r.files[P].new == b"extra\n" + new and r.hunks[0].status == "offset"
+
+
 # --------------------------------------------------------------------------------------- series / all-or-nothing
 
 def test_series_each_patch_sees_the_previous_output():

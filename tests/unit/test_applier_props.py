@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import difflib
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from sglang_patcher.applier import apply_patch, apply_series
@@ -67,6 +67,9 @@ def edited_file(draw, unique: bool):
 
 @SETTINGS
 @given(edited_file(unique=True))
+# found by CI: a hunk inserting at both ends of the file re-applied on top of itself
+@example((b"line 0 \nline 1 \n", b"new 1\nline 0 \nline 1 \nnew 2\n", 3))
+@example((b"line 0 \nline 1 \n", b"new 1\nline 0 \nline 1 \nnew 2", 1))
 def test_unique_lines_apply_exactly_and_reapply_is_no_op(case):
     old, new, n = case
     patch = udiff(old, new, n)
