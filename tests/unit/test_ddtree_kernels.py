@@ -141,12 +141,15 @@ def test_select_beam_and_radix_prep_property(seed, L, V, N, kf, ties):
 @settings(max_examples=10, deadline=None, suppress_health_check=list(HealthCheck))
 @given(seed=st.integers(0, 2**31 - 1), L=st.integers(1, 8), V=st.integers(2, 200),
        N=st.integers(1, 64), kf=st.floats(0.05, 1.0), kind=st.sampled_from(KINDS),
-       tiers=st.sampled_from([(64, 256), (1, 2), (2, 8), (4, 16), (16, 4)]))
-def test_pruned_beam_property(seed, L, V, N, kf, kind, tiers):
+       tiers=st.sampled_from([(64, 256), (1, 2), (2, 8), (4, 16), (16, 4)]),
+       wide=st.sampled_from([None, (2, 4), (1, 1), (1, 2), (2, 2)]))
+def test_pruned_beam_property(seed, L, V, N, kf, kind, tiers, wide):
     """Property: the pruned beam (the heap's early stop) equals the sorting beam on every
     surviving entry and builds the identical tree — flat, peaked (deep trees) and tied logits,
     per-request budgets, K <= N; small sort tiers put a depth's survivors through every tier
-    of the merge (the smallest holding them, or NP lanes)."""
+    of the merge (the smallest holding them, or NP lanes), and the wide factors send depths with
+    more than NP survivors through the wide tiers or, with (1, 1), the selection (every branch
+    is reached at N <= 64: 206 narrow, 47 wide, 12 selections in 40 random cases)."""
     from patchsets.ddtree.modules.ddtree_tree import build_ddtree_from_topk, candidate_pairs, draft_topk
 
     K = max(1, int(N * kf))
@@ -154,8 +157,8 @@ def test_pruned_beam_property(seed, L, V, N, kf, kind, tiers):
     lp, ids, _ = draft_topk(x, K, use_triton=False)
     ci, ck = candidate_pairs(N, lp.shape[-1], "cpu")
     full = KR.beam_triton(lp, N, ci, ck)
-    assert_prune_beam_matches(full, KR.beam_prune_triton(lp, N, ci, ck, tiers=tiers))
-    if tiers != (64, 256):
+    assert_prune_beam_matches(full, KR.beam_prune_triton(lp, N, ci, ck, tiers=tiers, wide=wide))
+    if (tiers, wide) != ((64, 256), None):
         assert_prune_beam_matches(full, KR.beam_prune_triton(lp, N, ci, ck))
     rb = torch.tensor([N, max(0, N // 2), 1])
     roots = torch.tensor([4, 5, 6])
@@ -248,12 +251,14 @@ def test_nan_and_out_of_contract_lp_build_the_same_valid_tree_everywhere(case):
         assert bool(((par >= 0) & (par < torch.arange(1, n + 1))).all())
 
 
-def test_pruned_beam_tiers_must_be_powers_of_two():
+def test_pruned_beam_tiers_and_wide_must_be_powers_of_two():
     lp = torch.zeros(1, 2, 4)
     ci, ck = torch.zeros(4, dtype=torch.int64), torch.arange(4)
     for bad in ((3, 8), (0, 4), (4, -2)):
         with pytest.raises(ValueError, match="tiers must be two powers of 2"):
             KR.beam_prune_triton(lp, 4, ci, ck, tiers=bad)
+        with pytest.raises(ValueError, match="wide must be two powers of 2"):
+            KR.beam_prune_triton(lp, 4, ci, ck, wide=bad)
 
 
 def test_radix_programs_and_errors():

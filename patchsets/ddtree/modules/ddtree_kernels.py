@@ -779,12 +779,49 @@ def _merge_top(A, top_desc, NP: tl.constexpr, S: tl.constexpr, LOGNP: tl.constex
 
 
 @triton.jit
-def _merge_compacted(A, scr, n, NP: tl.constexpr, S: tl.constexpr, LOGNP: tl.constexpr):
-    """``_merge_top`` of A with the n (<= S) keys compacted at scr[0 .. n), read into S lanes
-    (_MAXKEY past n) and sorted descending."""
+def _merge_survivors(A, ss, su, n, base, NP: tl.constexpr, S: tl.constexpr, LOGNP: tl.constexpr):
+    """``_merge_top`` of A with the n (<= S) survivors compacted at ss / su[0 .. n) (score f32,
+    packed (i, r) int32): their keys (sub = base + packed) built in S lanes (_MAXKEY past n)
+    and sorted descending; with S > NP (S a multiple of NP) only their NP smallest are merged."""
     o = tl.arange(0, S)
-    t = tl.load(scr + o, mask=o < n, other=_MAXKEY)
-    return _merge_top(A, tl.sort(t, descending=True), NP, S, LOGNP)
+    m = o < n
+    key = _desc_key(tl.load(ss + o, mask=m, other=0.0), m, base + tl.load(su + o, mask=m, other=0))
+    top = tl.sort(tl.where(m, key, _MAXKEY), descending=True)
+    if S > NP:  # more survivors than lanes: their NP smallest, the last NP of the sorted S
+        R: tl.constexpr = S // NP
+        last = (tl.arange(0, R) == R - 1)[:, None]
+        out = _merge_top(A, tl.sum(tl.where(last, tl.reshape(top, [R, NP]), 0), axis=0), NP, NP, LOGNP)
+    else:
+        out = _merge_top(A, top, NP, S, LOGNP)
+    return out
+
+
+@triton.jit
+def _score_of_key(key):
+    """The float32 score of a valid ``_desc_key`` (its primary inverted; -0.0 comes back as +0.0)."""
+    asc = 4294967295 - (key >> 30)
+    bits = tl.where(asc >= 2147483648, asc - 2147483648, 4294967295 - asc)
+    return bits.to(tl.int32).to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def _head_tau(A, score_prev, lp_row, m_prev, N, base, NP: tl.constexpr, LOGNP: tl.constexpr,
+              LOGKP: tl.constexpr):
+    """A tighter exact bound when more than N candidates beat tau: the N-th smallest key T of
+    A and the heads, the rank-0 children (i, 0) of the first min(m_prev, NP) parents. The heads
+    are candidates and their keys ascend with i (parent score non-increasing, sub ascending), so
+    one ``_merge_top`` finds T, and the final N-th smallest key of A and all candidates is <= T:
+    only candidates with key <= T can enter. Returns T as (score f32, packed cs int32) for the
+    32-bit test (score > ts) | (score == ts & cs <= tsub); (-inf, int32 max) if T is invalid."""
+    o = tl.arange(0, NP)
+    hv = o < m_prev
+    hs = tl.load(score_prev + o, mask=hv, other=float("-inf")) + _clean_lp(tl.load(lp_row))
+    head = tl.where(hv, _desc_key(hs, hv, base + (o << LOGKP)), _MAXKEY)
+    T = _merge_top(tl.where(o < N, A, _MAXKEY), tl.flip(head, 0), NP, NP, LOGNP)
+    t = tl.max(tl.where(o < N, T, 0), axis=0)  # T[N - 1]
+    t_inv = (t >> 30) >= 4294967296
+    ts = tl.where(t_inv, float("-inf"), _score_of_key(tl.minimum(t, 4294967295 << 30)))
+    return ts, tl.where(t_inv, 2147483647, (t & 1073741823).to(tl.int32) - base)
 
 
 @triton.jit
@@ -798,6 +835,8 @@ def _beam_prune_kernel(
     rank_ptr,  # [bs, L, N] int64 out
     gtop_ptr,  # [bs, N] int64 out: the N smallest global keys, ascending
     scr_ptr,  # [bs, NP] int64 scratch
+    ss_ptr,  # [bs, S4] f32 scratch: compacted survivor scores
+    su_ptr,  # [bs, S4] int32 scratch: compacted survivor subs
     K,
     N,
     C,
@@ -807,7 +846,10 @@ def _beam_prune_kernel(
     ROUNDS: tl.constexpr,
     S1: tl.constexpr,
     S2: tl.constexpr,
+    S3: tl.constexpr,
+    S4: tl.constexpr,
     LOGNP: tl.constexpr,
+    LOGKP: tl.constexpr,
 ):
     b = tl.program_id(0).to(tl.int64)
     offs_n = tl.arange(0, NP)
@@ -815,54 +857,77 @@ def _beam_prune_kernel(
     lp_b = lp_ptr + b * L * K
     out_b = b * L * N
     scr = scr_ptr + b * NP
+    ss = ss_ptr + b * S4
+    su = su_ptr + b * S4
     s0, v0 = _beam_depth0(lp_b, score_ptr, valid_ptr, parent_ptr, rank_ptr, out_b, N, K, NP)
     A = tl.where(nm, _desc_key(s0, v0, offs_n), _MAXKEY)  # ascending: depth 0 is in rank order
     m_prev = tl.minimum(N, K)
     offs_c = tl.arange(0, CP)
     cm = offs_c < C
-    ci = tl.load(ci_ptr + offs_c, mask=cm, other=0)
-    ck = tl.load(ck_ptr + offs_c, mask=cm, other=0)
+    # the candidate table as int32, (i, r) packed as i * 2**LOGKP + r: the per-lane work of a depth
+    # is 32-bit (its cost grows with the CP lanes; 64-bit keys are built for the survivors only)
+    ci = tl.where(cm, tl.load(ci_ptr + offs_c, mask=cm, other=0).to(tl.int32), 2147483647)
+    cs = (ci << LOGKP) | tl.load(ck_ptr + offs_c, mask=cm, other=0).to(tl.int32)
     for d in range(1, L):
         prev = out_b + (d - 1) * N
         cur = out_b + d * N
         m_d = m_prev * 0
         if m_prev > 0:
             tau = tl.max(tl.where(nm, A, 0), axis=0)  # A[N - 1]
-            pv = cm & (ci < m_prev)  # the beam of depth d-1 is its first m_prev entries
+            # key(sc, sub = d * N + cs) < tau as (score desc, cs asc) in 32 bits; an invalid tau
+            # (fewer than N valid keys so far) lets every valid candidate in: (-inf, int32 max)
+            tau_inv = (tau >> 30) >= 4294967296
+            ts = tl.where(tau_inv, float("-inf"), _score_of_key(tl.minimum(tau, 4294967295 << 30)))
+            tsub = tl.where(tau_inv, 2147483647, (tau & 1073741823).to(tl.int32) - d * N)
+            pv = ci < m_prev  # the beam of depth d-1 is its first m_prev entries
             ps = tl.load(score_ptr + prev + ci, mask=pv, other=float("-inf"))
-            lpv = _clean_lp(tl.load(lp_b + d * K + ck, mask=pv, other=float("-inf")))
-            key = _desc_key(ps + lpv, pv, d * N + ci * K + ck)  # (i, r) in the sub: no lookups later
-            alive = pv & (key < tau)
+            cr = cs & ((1 << LOGKP) - 1)
+            sc = ps + _clean_lp(tl.load(lp_b + d * K + cr, mask=pv, other=float("-inf")))
+            alive = pv & ((sc > ts) | ((sc == ts) & (cs < tsub)))
             n_alive = tl.sum(alive.to(tl.int32), axis=0)
+            if n_alive > N:  # tau is loose (typically depth 1): tighten it, exactly, see _head_tau
+                ts, tsub = _head_tau(A, score_ptr + prev, lp_b + d * K, m_prev, N, d * N, NP, LOGNP, LOGKP)
+                alive = alive & ((sc > ts) | ((sc == ts) & (cs <= tsub)))
+                n_alive = tl.sum(alive.to(tl.int32), axis=0)
             if n_alive > 0:
-                if n_alive > N:
+                if n_alive > S4:  # rare: select the N smallest among all lanes
+                    key = _desc_key(sc, alive, d * N + cs)
                     hi0 = tl.max(tl.where(alive, key >> 30, 0), axis=0)
                     top = _select_smallest(tl.where(alive, key, _MAXKEY), hi0, N, scr, NP, ROUNDS)
                     A2 = _merge_top(A, tl.flip(top, 0), NP, NP, LOGNP)
                 else:  # compact the survivors, sort them at the smallest tier that holds them
-                    pos = tl.cumsum(alive.to(tl.int32), axis=0) - 1
-                    tl.store(scr + tl.where(alive, pos, 0), key, mask=alive)
+                    pos = tl.where(alive, tl.cumsum(alive.to(tl.int32), axis=0) - 1, 0)
+                    tl.store(ss + pos, sc, mask=alive)
+                    tl.store(su + pos, cs, mask=alive)
                     tl.debug_barrier()
                     if n_alive <= S1:
-                        A2 = _merge_compacted(A, scr, n_alive, NP, S1, LOGNP)
+                        A2 = _merge_survivors(A, ss, su, n_alive, d * N, NP, S1, LOGNP)
                     elif n_alive <= S2:
-                        A2 = _merge_compacted(A, scr, n_alive, NP, S2, LOGNP)
+                        A2 = _merge_survivors(A, ss, su, n_alive, d * N, NP, S2, LOGNP)
                     else:
-                        A2 = _merge_compacted(A, scr, n_alive, NP, NP, LOGNP)
+                        if S4 == NP:  # no wide tiers compiled (their code slows every depth)
+                            A2 = _merge_survivors(A, ss, su, n_alive, d * N, NP, NP, LOGNP)
+                        else:
+                            if n_alive <= NP:
+                                A2 = _merge_survivors(A, ss, su, n_alive, d * N, NP, NP, LOGNP)
+                            elif n_alive <= S3:
+                                A2 = _merge_survivors(A, ss, su, n_alive, d * N, NP, S3, LOGNP)
+                            else:
+                                A2 = _merge_survivors(A, ss, su, n_alive, d * N, NP, S4, LOGNP)
                     tl.debug_barrier()
-                sub = A2 & 1073741823
+                sub = (A2 & 1073741823).to(tl.int32)
                 isb = nm & (A2 != _MAXKEY) & (sub >= d * N)
                 posb = tl.cumsum(isb.to(tl.int32), axis=0) - 1
                 m_d = tl.sum(isb.to(tl.int32), axis=0)
                 c = tl.where(isb, sub - d * N, 0)
-                pi = c // K
-                pk = c - pi * K
-                sc = (tl.load(score_ptr + prev + pi, mask=isb, other=0.0)  # the key's addition, so
+                pi = c >> LOGKP
+                pk = c & ((1 << LOGKP) - 1)
+                sb = (tl.load(score_ptr + prev + pi, mask=isb, other=0.0)  # the key's addition, so
                       + _clean_lp(tl.load(lp_b + d * K + pk, mask=isb, other=0.0)))  # -0.0 too
                 dst = cur + tl.where(isb, posb, 0)
-                tl.store(score_ptr + dst, sc, mask=isb)
-                tl.store(parent_ptr + dst, pi, mask=isb)
-                tl.store(rank_ptr + dst, pk, mask=isb)
+                tl.store(score_ptr + dst, sb, mask=isb)
+                tl.store(parent_ptr + dst, pi.to(tl.int64), mask=isb)
+                tl.store(rank_ptr + dst, pk.to(tl.int64), mask=isb)
                 A = tl.where(isb, ((A2 >> 30) << 30) | (d * N + posb), A2)
         rest = nm & (offs_n >= m_d)
         tl.store(score_ptr + cur + offs_n, tl.full([NP], float("-inf"), tl.float32), mask=rest)
@@ -875,7 +940,7 @@ def _beam_prune_kernel(
 
 
 def beam_prune_triton(lp: torch.Tensor, budget: int, ci: torch.Tensor, ck: torch.Tensor,
-                      tiers: tuple = (64, 256)):
+                      tiers: tuple = (64, 256), wide: tuple | None = None):
     """Pruned beam: per depth only the candidates that can still be in the global top-N.
 
     lp: [bs, L, K] float32 log-probs (non-increasing along K); ci/ck: ``candidate_pairs``.
@@ -886,9 +951,15 @@ def beam_prune_triton(lp: torch.Tensor, budget: int, ci: torch.Tensor, ck: torch
     gtop equal ``beam_triton``'s, so ``label_count_triton`` builds the identical tree. Work per
     depth follows the number of surviving candidates; a depth with none ends the loop's work.
     tiers: two powers of 2, the lane counts at which a depth's survivors are sorted before the
-    bitonic merge (the smallest that holds them; more than the larger: NP lanes). Any choice
-    gives the same outputs (the tests pass small ones to reach every tier at small N).
-    Raises ValueError when a tier is not a power of 2.
+    bitonic merge (the smallest that holds them; more than the larger: NP lanes). wide: two
+    powers of 2, the wider sorted tiers as multiples of NP (capped at the candidate lanes), for
+    depths with more than NP survivors, of which the NP smallest are merged; a depth with more
+    survivors than the widest tier selects its N smallest among all lanes instead (15 rounds of
+    counting). Default: (2, 4) at NP <= 64, else (1, 1) (no wide tiers): on the H200 wide sorts
+    of 1024-4096 int64 lanes cost more than the selection, and their code alone slowed every
+    depth by ~1.5 us at N 512. Survivors beyond N first face a tighter exact bound
+    (``_head_tau``). Any choice gives the same outputs (the tests pass small ones to reach every
+    branch at small N). Raises ValueError when a tier or a wide factor is not a power of 2.
     """
     bs, L, K = lp.shape
     N = int(budget)
@@ -902,18 +973,27 @@ def beam_prune_triton(lp: torch.Tensor, budget: int, ci: torch.Tensor, ck: torch
     rank = torch.empty((bs, L, N), dtype=torch.int64, device=dev)
     gtop = torch.empty((bs, N), dtype=torch.int64, device=dev)
     scr = torch.empty((bs, NP), dtype=torch.int64, device=dev)
+    if wide is None:  # measured on the H200 (bench/RESULTS.md, fourth session)
+        wide = (2, 4) if NP <= 64 else (1, 1)
+    w3, w4 = (int(w) for w in wide)
+    if min(w3, w4) < 1 or w3 & (w3 - 1) or w4 & (w4 - 1):
+        raise ValueError(f"wide must be two powers of 2, got {wide}")
+    S3, S4 = min(min(w3, w4) * NP, CP), min(max(w3, w4) * NP, CP)
+    ss = torch.empty((bs, S4), dtype=torch.float32, device=dev)
+    su = torch.empty((bs, S4), dtype=torch.int32, device=dev)
     t1, t2 = (int(t) for t in tiers)
     if min(t1, t2) < 1 or t1 & (t1 - 1) or t2 & (t2 - 1):
         raise ValueError(f"tiers must be two powers of 2, got {tiers}")
     t1, t2 = min(t1, t2), max(t1, t2)
-    if bs and (CP > 32768 or (L - 1) * N + N * K >= (1 << 30)):  # 16-bit counts / 30-bit subs
+    KP = triton.next_power_of_2(max(K, 1))
+    if bs and (CP > 32768 or (L - 1) * N + N * KP >= (1 << 30)):  # 16-bit counts / 30-bit subs
         return beam_triton(lp, budget, ci, ck)
     if bs:
         nw = 4 if CP <= 1024 else (8 if CP <= 4096 else 16)
         _beam_prune_kernel[(bs,)](
-            lp.contiguous(), ci, ck, score, valid.view(torch.int8), parent, rank, gtop, scr,
-            K, N, C, L=L, NP=NP, CP=CP, ROUNDS=15, S1=min(t1, NP), S2=min(t2, NP),
-            LOGNP=NP.bit_length() - 1, num_warps=nw,
+            lp.contiguous(), ci, ck, score, valid.view(torch.int8), parent, rank, gtop, scr, ss, su,
+            K, N, C, L=L, NP=NP, CP=CP, ROUNDS=15, S1=min(t1, NP), S2=min(t2, NP), S3=S3, S4=S4,
+            LOGNP=NP.bit_length() - 1, LOGKP=KP.bit_length() - 1, num_warps=nw,
         )
     return score, valid, parent, rank, gtop
 
