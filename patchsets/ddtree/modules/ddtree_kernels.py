@@ -741,6 +741,12 @@ def beam_select_triton(lp: torch.Tensor, budget: int, ci: torch.Tensor, ck: torc
 # few hundred survive a depth), and min(A[j], survivors descending) followed by one bitonic merge
 # (log2 NP stages) gives the new A. On the H200 that took the peaked bs 1 N 512 beam from 165 to
 # 114 us (N 1024: 529 to 325 us) against sorting the 2 NP union at every depth.
+# Finding the survivors: testing every candidate-table entry (~N ln N lanes in one program) is
+# instruction-bound, so it runs in 32 bits (tau decoded once into (score, packed (i, r))); by
+# default a depth instead counts each parent's survivors, a prefix of its ranks, by binary
+# lifting over the lp row and generates them straight into the sort tier (no table pass, no
+# compaction); a depth with more than N survivors scans the table (the tighter _head_tau bound,
+# then the sort tiers or a selection).
 # ----------------------------------------------------------------------------------------------
 
 
@@ -826,6 +832,49 @@ def _head_tau(A, score_prev, lp_row, m_prev, N, base, NP: tl.constexpr, LOGNP: t
 
 
 @triton.jit
+def _max_combine(a, b):
+    return tl.maximum(a, b)
+
+
+@triton.jit
+def _survivor_ranks(score_prev, lp_row, cap, m_prev, ts, tsub, NP: tl.constexpr, LOGKP: tl.constexpr):
+    """Per parent order i < m_prev ([NP] int32): R_i, how many of its table ranks r < cap_i beat
+    the threshold (ts, tsub) as (score desc, packed (i, r) asc). With lp row d non-increasing a
+    child's key grows with r, so they are the ranks r < R_i: found by binary lifting over r
+    (LOGKP + 1 dependent loads of the lp row, which stays in L1) instead of testing every table
+    entry. The score is the same float32 addition as the table scan's."""
+    o = tl.arange(0, NP)
+    hv = o < m_prev
+    s = tl.load(score_prev + o, mask=hv, other=float("-inf"))
+    c = tl.where(hv, cap, 0)
+    R = tl.zeros([NP], tl.int32)
+    for t in tl.static_range(LOGKP + 1):
+        nxt = R + (1 << (LOGKP - t))
+        ok = nxt <= c
+        x = s + _clean_lp(tl.load(lp_row + nxt - 1, mask=ok, other=0.0))
+        live = (x > ts) | ((x == ts) & (((o << LOGKP) | (nxt - 1)) < tsub))
+        R = tl.where(ok & live, nxt, R)
+    return R
+
+
+@triton.jit
+def _merge_generated(A, own, score_prev, lp_row, n, base, NP: tl.constexpr, S: tl.constexpr,
+                     LOGNP: tl.constexpr, LOGKP: tl.constexpr):
+    """``_merge_top`` of A with the n (<= S) generated survivors: slot j belongs to the parent
+    whose block starts last at or before j — own holds (depth << 26 | start << 13 | parent) at
+    each block start, so a running max over the slots finds it (older depths' entries are
+    smaller) — and its rank is j - start. Keys as the table scan builds them, sorted in S lanes."""
+    o = tl.arange(0, S)
+    m = o < n
+    v = tl.associative_scan(tl.load(own + o, mask=m, other=0), 0, _max_combine)
+    p = v & 8191
+    r = o - ((v >> 13) & 8191)
+    sc = tl.load(score_prev + p, mask=m, other=0.0) + _clean_lp(tl.load(lp_row + r, mask=m, other=0.0))
+    key = _desc_key(sc, m, base + ((p << LOGKP) | r))
+    return _merge_top(A, tl.sort(tl.where(m, key, _MAXKEY), descending=True), NP, S, LOGNP)
+
+
+@triton.jit
 def _beam_prune_kernel(
     lp_ptr,  # [bs, L, K] f32
     ci_ptr,  # [C] int64
@@ -838,6 +887,7 @@ def _beam_prune_kernel(
     scr_ptr,  # [bs, NP] int64 scratch
     ss_ptr,  # [bs, S4] f32 scratch: compacted survivor scores
     su_ptr,  # [bs, S4] int32 scratch: compacted survivor subs
+    own_ptr,  # [bs, NP] int32 scratch: generated survivors' (depth, start, parent) at block starts
     K,
     N,
     C,
@@ -851,6 +901,7 @@ def _beam_prune_kernel(
     S4: tl.constexpr,
     LOGNP: tl.constexpr,
     LOGKP: tl.constexpr,
+    GEN: tl.constexpr,
 ):
     b = tl.program_id(0).to(tl.int64)
     offs_n = tl.arange(0, NP)
@@ -865,57 +916,88 @@ def _beam_prune_kernel(
     m_prev = tl.minimum(N, K)
     offs_c = tl.arange(0, CP)
     cm = offs_c < C
-    # the candidate table as int32, (i, r) packed as i * 2**LOGKP + r: the per-lane work of a depth
-    # is 32-bit (its cost grows with the CP lanes; 64-bit keys are built for the survivors only)
-    ci = tl.where(cm, tl.load(ci_ptr + offs_c, mask=cm, other=0).to(tl.int32), 2147483647)
-    cs = (ci << LOGKP) | tl.load(ck_ptr + offs_c, mask=cm, other=0).to(tl.int32)
+    cap = tl.where(nm, tl.minimum(K, N // (offs_n + 1)), 0)  # the table's ranks of parent order i
+    if GEN:
+        tl.store(own_ptr + b * NP + offs_n, tl.zeros([NP], tl.int32))  # older than any depth tag
+        tl.debug_barrier()
     for d in range(1, L):
         prev = out_b + (d - 1) * N
         cur = out_b + d * N
         m_d = m_prev * 0
         if m_prev > 0:
             tau = tl.max(tl.where(nm, A, 0), axis=0)  # A[N - 1]
-            # key(sc, sub = d * N + cs) < tau as (score desc, cs asc) in 32 bits; an invalid tau
-            # (fewer than N valid keys so far) lets every valid candidate in: (-inf, int32 max)
+            # key(score, sub = d * N + packed (i, r)) < tau as (score desc, packed asc) in 32 bits;
+            # an invalid tau (fewer than N valid keys so far) lets every valid candidate in
             tau_inv = (tau >> 30) >= 4294967296
             ts = tl.where(tau_inv, float("-inf"), _score_of_key(tl.minimum(tau, 4294967295 << 30)))
             tsub = tl.where(tau_inv, 2147483647, (tau & 1073741823).to(tl.int32) - d * N)
-            pv = ci < m_prev  # the beam of depth d-1 is its first m_prev entries
-            ps = tl.load(score_ptr + prev + ci, mask=pv, other=float("-inf"))
-            cr = cs & ((1 << LOGKP) - 1)
-            sc = ps + _clean_lp(tl.load(lp_b + d * K + cr, mask=pv, other=float("-inf")))
-            alive = pv & ((sc > ts) | ((sc == ts) & (cs < tsub)))
-            n_alive = tl.sum(alive.to(tl.int32), axis=0)
-            if n_alive > N:  # tau is loose (typically depth 1): tighten it, exactly, see _head_tau
-                ts, tsub = _head_tau(A, score_ptr + prev, lp_b + d * K, m_prev, N, d * N, NP, LOGNP, LOGKP)
-                alive = alive & ((sc > ts) | ((sc == ts) & (cs <= tsub)))
-                n_alive = tl.sum(alive.to(tl.int32), axis=0)
-            if n_alive > 0:
-                if n_alive > S4:  # rare: select the N smallest among all lanes
-                    key = _desc_key(sc, alive, d * N + cs)
-                    hi0 = tl.max(tl.where(alive, key >> 30, 0), axis=0)
-                    top = _select_smallest(tl.where(alive, key, _MAXKEY), hi0, N, scr, NP, ROUNDS)
-                    A2 = _merge_top(A, tl.flip(top, 0), NP, NP, LOGNP)
-                else:  # compact the survivors, sort them at the smallest tier that holds them
-                    pos = tl.where(alive, tl.cumsum(alive.to(tl.int32), axis=0) - 1, 0)
-                    tl.store(ss + pos, sc, mask=alive)
-                    tl.store(su + pos, cs, mask=alive)
-                    tl.debug_barrier()
-                    if n_alive <= S1:
-                        A2 = _merge_survivors(A, ss, su, n_alive, d * N, NP, S1, LOGNP)
-                    elif n_alive <= S2:
-                        A2 = _merge_survivors(A, ss, su, n_alive, d * N, NP, S2, LOGNP)
-                    else:
-                        if S4 == NP:  # no wide tiers compiled (their code slows every depth)
-                            A2 = _merge_survivors(A, ss, su, n_alive, d * N, NP, NP, LOGNP)
+            A2 = A
+            n_new = m_prev * 0
+            done = m_prev * 0
+            if GEN:  # parent i's survivors are its ranks r < R_i (lp rows non-increasing)
+                R = _survivor_ranks(score_ptr + prev, lp_b + d * K, cap, m_prev, ts, tsub, NP, LOGKP)
+                n_gen = tl.sum(R, axis=0)
+                if n_gen <= N:
+                    done = 1 + done
+                    n_new = n_gen
+                    if n_gen > 0:
+                        own = own_ptr + b * NP
+                        start = tl.cumsum(R, axis=0) - R
+                        tl.store(own + tl.where(R > 0, start, 0), (d << 26) | (start << 13) | offs_n,
+                                 mask=R > 0)
+                        tl.debug_barrier()
+                        if n_gen <= S1:
+                            A2 = _merge_generated(A, own, score_ptr + prev, lp_b + d * K, n_gen, d * N,
+                                                  NP, S1, LOGNP, LOGKP)
+                        elif n_gen <= S2:
+                            A2 = _merge_generated(A, own, score_ptr + prev, lp_b + d * K, n_gen, d * N,
+                                                  NP, S2, LOGNP, LOGKP)
                         else:
-                            if n_alive <= NP:
+                            A2 = _merge_generated(A, own, score_ptr + prev, lp_b + d * K, n_gen, d * N,
+                                                  NP, NP, LOGNP, LOGKP)
+                        tl.debug_barrier()
+            if done == 0:  # scan the candidate table: (i, r) packed as i * 2**LOGKP + r in int32
+                ci = tl.where(cm, tl.load(ci_ptr + offs_c, mask=cm, other=0).to(tl.int32), 2147483647)
+                cs = (ci << LOGKP) | tl.load(ck_ptr + offs_c, mask=cm, other=0).to(tl.int32)
+                pv = ci < m_prev  # the beam of depth d-1 is its first m_prev entries
+                ps = tl.load(score_ptr + prev + ci, mask=pv, other=float("-inf"))
+                cr = cs & ((1 << LOGKP) - 1)
+                sc = ps + _clean_lp(tl.load(lp_b + d * K + cr, mask=pv, other=float("-inf")))
+                alive = pv & ((sc > ts) | ((sc == ts) & (cs < tsub)))
+                n_alive = tl.sum(alive.to(tl.int32), axis=0)
+                if n_alive > N:  # tau is loose (typically depth 1): tighten it, exactly, see _head_tau
+                    ts, tsub = _head_tau(A, score_ptr + prev, lp_b + d * K, m_prev, N, d * N, NP, LOGNP,
+                                         LOGKP)
+                    alive = alive & ((sc > ts) | ((sc == ts) & (cs <= tsub)))
+                    n_alive = tl.sum(alive.to(tl.int32), axis=0)
+                n_new = n_alive
+                if n_alive > 0:
+                    if n_alive > S4:  # rare: select the N smallest among all lanes
+                        key = _desc_key(sc, alive, d * N + cs)
+                        hi0 = tl.max(tl.where(alive, key >> 30, 0), axis=0)
+                        top = _select_smallest(tl.where(alive, key, _MAXKEY), hi0, N, scr, NP, ROUNDS)
+                        A2 = _merge_top(A, tl.flip(top, 0), NP, NP, LOGNP)
+                    else:  # compact the survivors, sort them at the smallest tier that holds them
+                        pos = tl.where(alive, tl.cumsum(alive.to(tl.int32), axis=0) - 1, 0)
+                        tl.store(ss + pos, sc, mask=alive)
+                        tl.store(su + pos, cs, mask=alive)
+                        tl.debug_barrier()
+                        if n_alive <= S1:
+                            A2 = _merge_survivors(A, ss, su, n_alive, d * N, NP, S1, LOGNP)
+                        elif n_alive <= S2:
+                            A2 = _merge_survivors(A, ss, su, n_alive, d * N, NP, S2, LOGNP)
+                        else:
+                            if S4 == NP:  # no wide tiers compiled (their code slows every depth)
                                 A2 = _merge_survivors(A, ss, su, n_alive, d * N, NP, NP, LOGNP)
-                            elif n_alive <= S3:
-                                A2 = _merge_survivors(A, ss, su, n_alive, d * N, NP, S3, LOGNP)
                             else:
-                                A2 = _merge_survivors(A, ss, su, n_alive, d * N, NP, S4, LOGNP)
-                    tl.debug_barrier()
+                                if n_alive <= NP:
+                                    A2 = _merge_survivors(A, ss, su, n_alive, d * N, NP, NP, LOGNP)
+                                elif n_alive <= S3:
+                                    A2 = _merge_survivors(A, ss, su, n_alive, d * N, NP, S3, LOGNP)
+                                else:
+                                    A2 = _merge_survivors(A, ss, su, n_alive, d * N, NP, S4, LOGNP)
+                        tl.debug_barrier()
+            if n_new > 0:
                 sub = (A2 & 1073741823).to(tl.int32)
                 isb = nm & (A2 != _MAXKEY) & (sub >= d * N)
                 posb = tl.cumsum(isb.to(tl.int32), axis=0) - 1
@@ -941,7 +1023,7 @@ def _beam_prune_kernel(
 
 
 def beam_prune_triton(lp: torch.Tensor, budget: int, ci: torch.Tensor, ck: torch.Tensor,
-                      tiers: tuple = (64, 256), wide: tuple | None = None):
+                      tiers: tuple = (64, 256), wide: tuple | None = None, gen: bool = True):
     """Pruned beam: per depth only the candidates that can still be in the global top-N.
 
     lp: [bs, L, K] float32 log-probs (non-increasing along K); ci/ck: ``candidate_pairs``.
@@ -959,7 +1041,11 @@ def beam_prune_triton(lp: torch.Tensor, budget: int, ci: torch.Tensor, ck: torch
     counting). Default: (2, 4) at NP <= 64, else (1, 1) (no wide tiers): on the H200 wide sorts
     of 1024-4096 int64 lanes cost more than the selection, and their code alone slowed every
     depth by ~1.5 us at N 512. Survivors beyond N first face a tighter exact bound
-    (``_head_tau``). Any choice gives the same outputs (the tests pass small ones to reach every
+    (``_head_tau``). gen (default True): find each depth's survivors per parent — with lp rows
+    non-increasing, parent i's survivors are its ranks r < R_i, R_i by binary lifting over the
+    lp row (``_survivor_ranks``) — and generate them in their sort tier (``_merge_generated``)
+    instead of testing every candidate-table entry; a depth with more than N survivors still
+    scans the table. Any choice gives the same outputs (the tests pass small ones to reach every
     branch at small N). Raises ValueError when a tier or a wide factor is not a power of 2.
     """
     bs, L, K = lp.shape
@@ -982,6 +1068,7 @@ def beam_prune_triton(lp: torch.Tensor, budget: int, ci: torch.Tensor, ck: torch
     S3, S4 = min(min(w3, w4) * NP, CP), min(max(w3, w4) * NP, CP)
     ss = torch.empty((bs, S4), dtype=torch.float32, device=dev)
     su = torch.empty((bs, S4), dtype=torch.int32, device=dev)
+    own = torch.empty((bs, NP), dtype=torch.int32, device=dev)
     t1, t2 = (int(t) for t in tiers)
     if min(t1, t2) < 1 or t1 & (t1 - 1) or t2 & (t2 - 1):
         raise ValueError(f"tiers must be two powers of 2, got {tiers}")
@@ -992,9 +1079,10 @@ def beam_prune_triton(lp: torch.Tensor, budget: int, ci: torch.Tensor, ck: torch
     if bs:
         nw = 4 if CP <= 1024 else (8 if CP <= 4096 else 16)
         _beam_prune_kernel[(bs,)](
-            lp.contiguous(), ci, ck, score, valid.view(torch.int8), parent, rank, gtop, scr, ss, su,
+            lp.contiguous(), ci, ck, score, valid.view(torch.int8), parent, rank, gtop, scr, ss, su, own,
             K, N, C, L=L, NP=NP, CP=CP, ROUNDS=15, S1=min(t1, NP), S2=min(t2, NP), S3=S3, S4=S4,
-            LOGNP=NP.bit_length() - 1, LOGKP=KP.bit_length() - 1, num_warps=nw,
+            LOGNP=NP.bit_length() - 1, LOGKP=KP.bit_length() - 1,
+            GEN=bool(gen) and L <= 31 and NP <= 8192, num_warps=nw,
         )
     return score, valid, parent, rank, gtop
 
