@@ -13,10 +13,11 @@
 | ``prep_chunked_triton``    | (both of the above, (row, chunk) grid)    | "chunked": 2.3x "row" at bs 1       |
 | ``beam_triton``            | ``ddtree_tree._beam_search`` (~10 ops/depth) | 24 us (N 16) .. 3.5 ms (N 1024)  |
 | ``beam_select_triton``     | same; selection instead of sorts          | 209 us (N 256) .. 678 us (N 1024)   |
-| ``beam_prune_triton``      | same; only candidates that can still be   | default: 18-56 us flat, 18-295 us   |
-|                            | in the global top-N (the heap's early     | peaked logits (N 16-1024; 118 us at |
-|                            | stop), survivors merged, not re-sorted;   | bs 1 N 512, was 125 with a 64-bit   |
-|                            | 32-bit candidate pass                     | candidate pass)                     |
+| ``beam_prune_triton``      | same; only candidates that can still be   | default: 18-56 us flat; peaked bs 1 |
+|                            | in the global top-N (the heap's early     | N 512 / 1024: 94 / 250 us with the  |
+|                            | stop), survivors merged, not re-sorted;   | survivors generated per parent (118 |
+|                            | survivors generated per parent            | / 297 scanning the table in 32 bits,|
+|                            |                                           | 125 / 348 in 64 bits)               |
 | ``label_count_triton``     | selection + labelling in ``build_ddtree_from_topk``, positions from per-parent counts, one program per (request, depth) | 9-26 us (was 13-47 with a per-depth loop) |
 | ``tree_arrays_triton``     | ``ddtree_tree.build_tree_arrays``         | 10-68 us (was up to 1.2 ms)         |
 | ``custom_mask_triton``     | torch path of ``build_custom_mask``       | 1.4-3.6x faster                     |
