@@ -571,11 +571,20 @@ class DeployResult:
     seconds: float = 0.0
     local_record: str | None = None
 
+    @property
+    def uncropped(self) -> bool:
+        """True for a dry run: its rendering holds the whole diff, whose lines must reach the
+        output whole (``AppContext.result`` prints it with soft wrap)."""
+        return self.status == "dry_run"
+
     def to_json(self) -> dict[str, Any]:
-        return {"host": self.host, "status": self.status, "deployment_id": self.deployment_id,
-                "plan": self.plan.to_json(), "checks": self.checks.to_json() if self.checks else None,
-                "recovered": self.recovered, "round_trips": self.round_trips,
-                "seconds": round(self.seconds, 3), "local_record": self.local_record}
+        out = {"host": self.host, "status": self.status, "deployment_id": self.deployment_id,
+               "plan": self.plan.to_json(), "checks": self.checks.to_json() if self.checks else None,
+               "recovered": self.recovered, "round_trips": self.round_trips,
+               "seconds": round(self.seconds, 3), "local_record": self.local_record}
+        if self.status == "dry_run":
+            out["diff"] = self.plan.diff
+        return out
 
     def __rich__(self):
         from rich.console import Group
@@ -587,6 +596,8 @@ class DeployResult:
                                  style="bold")]
         parts += [Text(f"  recovered: {r}", style="yellow") for r in self.recovered]
         parts.append(self.plan.__rich__())
+        if self.status == "dry_run" and self.plan.diff:
+            parts.append(diff_view(self.plan.diff))
         if self.checks is not None:
             parts.append(self.checks.__rich__())
         return Group(*parts)
@@ -715,6 +726,14 @@ def _record_summary(d: dict[str, Any] | None) -> dict[str, Any] | None:
         return None
     return {k: d.get(k) for k in ("id", "patchset", "revision", "sglang_version", "phase", "times",
                                   "forced", "checks")} | {"files": sorted(d.get("files", {}))}
+
+
+def diff_view(text: str):
+    """A unified diff as rich renders it for people (``diff`` and ``apply --dry-run``): every
+    line whole, coloured as a diff; print it with soft wrap so no line is cropped."""
+    from rich.syntax import Syntax
+
+    return Syntax(text, "diff", theme="ansi_dark", word_wrap=False)
 
 
 def _files_table(title: str, files: Any, plan: bool = False):

@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from rich.console import Group
-from rich.syntax import Syntax
 from rich.table import Table
 from rich.text import Text
 
@@ -264,7 +263,7 @@ class DiffReport:
         for note in self.result.notes:
             parts.append(Text(f"  note: {note}", style="yellow"))
         if self.full:
-            parts.append(Syntax(self.result.diff_text(), "diff", theme="ansi_dark", word_wrap=False))
+            parts.append(deploy.diff_view(self.result.diff_text()))
         else:
             t = Table(show_header=True, box=None, pad_edge=False)
             t.add_column("file")

@@ -192,6 +192,33 @@ def test_the_whole_story_over_the_local_transport(capsys, tmp_path, sglpatch_hom
     assert live_hash(site, p) == record[p]
 
 
+def test_apply_dry_run_shows_the_plan_and_the_whole_diff_and_writes_nothing(capsys, tmp_path, sglpatch_home,
+                                                                          local_target):
+    from sglang_patcher.inventory import Host
+
+    hosts = write_hosts(tmp_path / "hosts.yaml",
+                        Host(name="here", transport="local", python=str(local_target)))
+    site = local_target.site_packages
+    p = "sglang/srt/speculative/spec_info.py"
+    before = live_hash(site, p)
+    code, data, err = run_json(capsys, "--hosts", str(hosts), "apply", "ddtree", "--host", "here",
+                               "--dry-run")
+    assert code == 0, err
+    assert data["status"] == "dry_run" and data["deployment_id"] is None
+    assert "+    DDTREE = auto()" in data["diff"]
+    # the human view: the plan table, then every diff line whole (as `diff` prints it)
+    code, out, err = run_cli(capsys, "--hosts", str(hosts), "apply", "ddtree", "--host", "here", "--dry-run")
+    assert code == 0, err
+    assert "dry_run" in out and p in out
+    printed = set(out.splitlines())
+    long_lines = [line for line in data["diff"].splitlines() if len(line) > 100]
+    assert long_lines and all(line in printed for line in long_lines)
+    assert "+    DDTREE = auto()" in printed
+    assert live_hash(site, p) == before, "a dry run writes nothing"
+    assert not any((site / ".sglpatch").rglob("*.json")), "no deployment record or journal"
+    assert not any(site.rglob(".*.sglpatch-*")), "nothing staged"
+
+
 def test_drift_is_refused_then_forced(capsys, tmp_path, sglpatch_home, local_target):
     from sglang_patcher.inventory import Host
 
