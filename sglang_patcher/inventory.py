@@ -182,11 +182,20 @@ def load_inventory(path: str | os.PathLike[str] | None = None) -> Inventory:
     """
     p = Path(path) if path is not None else default_inventory_path()
     try:
-        text = p.read_text(encoding="utf-8")
+        raw = p.read_bytes()
     except OSError as exc:
         raise InventoryError(
-            f"{p}: cannot read the inventory ({exc.strerror or exc})",
-            hint=f"create it (see the repository's hosts.yaml) or point ${HOSTS_ENV} at one") from exc
+            f"{p.absolute()}: cannot read the inventory ({exc.strerror or exc})",
+            hint=f"create it (see the repository's hosts.yaml), pass --hosts FILE (before the "
+                 f"subcommand) or point ${HOSTS_ENV} at one") from exc
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw.count(b"\n", 0, exc.start) + 1
+        raise InventoryError(
+            f"{p}: line {line}: not UTF-8 text (byte 0x{raw[exc.start]:02x} at offset {exc.start})",
+            hint="save the inventory as UTF-8 YAML (a comment in another encoding is enough to "
+                 "break it)") from exc
     return parse_inventory(text, origin=str(p))
 
 

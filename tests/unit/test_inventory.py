@@ -191,3 +191,24 @@ def test_duplicate_host_names_are_an_error_not_a_silent_override():
     assert "h.yaml, line 4: `a` is defined twice (first on line 2)" in ei.value.message
     with pytest.raises(InventoryError, match="`python` is defined twice"):
         parse_inventory("hosts:\n  a:\n    python: /p\n    transport: local\n    python: /q\n")
+
+
+@pytest.mark.parametrize("data", [
+    b"hosts:\n  # caf\xe9 (Latin-1)\n  gpu:\n    hostname: h\n    python: /usr/bin/python3\n",
+    b"\x00\xff\xfe binary \x80\x81",
+])
+def test_a_file_that_is_not_utf8_is_one_inventory_error_naming_file_and_line(tmp_path, data):
+    p = tmp_path / "hosts.yaml"
+    p.write_bytes(data)
+    with pytest.raises(InventoryError) as ei:
+        load_inventory(p)
+    msg = str(ei.value)
+    assert str(p) in msg and "not UTF-8" in msg and "line" in msg
+    assert "UTF-8" in (ei.value.hint or "")
+
+
+def test_a_missing_file_is_named_by_its_absolute_path(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(InventoryError) as ei:
+        load_inventory("hosts.yaml")
+    assert str(tmp_path / "hosts.yaml") in str(ei.value) and "--hosts" in (ei.value.hint or "")
