@@ -32,7 +32,7 @@ from typing import Any, Literal
 
 from .errors import StateError, TransportError
 from .manifest import FileEntry, Manifest, read_record
-from .remote.launcher import call_json, run_script
+from .remote.launcher import EXPECTED_FAILURE_EXIT, call_json, run_script
 from .state import safe_component, sglpatch_home
 from .transport.base import Transport
 
@@ -244,7 +244,7 @@ def snapshot(transport: Transport, host: Any, info: Any, home: Path | None = Non
                              {"site_packages": info.site_packages,
                               **({"compress": "gz"} if compress else {})},
                              stdin=json.dumps(want).encode(), sudo=sudo, timeout=timeout)
-            res.check(hint="run `sglpatch hosts --check` to rediscover the host")
+            _check_tar(name, res)
             result.bytes_fetched = _extract(name, res.stdout, want, remote, mirror.tree)
         result.fetched = want
 
@@ -259,6 +259,24 @@ def snapshot(transport: Transport, host: Any, info: Any, home: Path | None = Non
     result.round_trips = transport.round_trips - trips0
     result.seconds = time.monotonic() - t0
     return result
+
+
+def _check_tar(host: str, res: Any) -> None:
+    """Raise for a failed ``probe tar``: a file that vanished between listing and reading means the
+    install changed while it was mirrored (a deployment or pip running there), said as such;
+    anything else as the transport reports it."""
+    if res.exit_code == EXPECTED_FAILURE_EXIT:
+        try:
+            err = json.loads(res.stdout.decode("utf-8", "replace").strip().splitlines()[-1])
+        except (ValueError, IndexError):
+            err = {}
+        if isinstance(err, dict) and err.get("kind") == "missing":
+            raise StateError(  # as for a file whose bytes changed meanwhile (_extract)
+                f"{host}: {err.get('path', 'a file')} vanished from the install while it was being "
+                f"mirrored: the host's SGLang changed during the snapshot",
+                hint=f"another deployment (or a pip run) is changing it; wait for it to finish, "
+                     f"then rerun (`sglpatch status --host {host}` shows a held deploy lock)")
+    res.check(hint="run `sglpatch hosts --check` to rediscover the host")
 
 
 def _size(path: Path) -> int | None:

@@ -183,6 +183,12 @@ def _sha256(path):
     return h.hexdigest()
 
 
+# A deployment stages each new file beside its target as ".<name>.sglpatch-<deployment id>"
+# (deploy_agent.Host.temp_for) and renames it into place: such a file is never part of the install,
+# and one seen while another deployment runs is gone a moment later.
+_STAGED = re.compile(r"^\..+\.sglpatch-[^/]+$")
+
+
 def _walk(site, top):
     base = os.path.join(site, top)
     if not os.path.isdir(base):
@@ -190,7 +196,7 @@ def _walk(site, top):
     for root, dirs, files in os.walk(base):
         dirs[:] = sorted(d for d in dirs if d != "__pycache__")
         for name in sorted(files):
-            if name.endswith(".pyc"):
+            if name.endswith(".pyc") or _STAGED.match(name):
                 continue
             full = os.path.join(root, name)
             if not os.path.isfile(full):

@@ -171,3 +171,39 @@ def test_root_owned_install_through_sudo(sshd, sglang_target, ssh_user_sudo, tmp
         res = snapshot(t, elevated, info, home=tmp_path, compress=True)   # the gzip path, over SSH
     assert res.round_trips == 2 and res.files > 5000
     assert res.mirror.read("sglang/version.py") == (sglang_target.package_dir / "version.py").read_bytes()
+
+
+def test_another_deployments_staged_files_are_not_mirrored(local_host, local_target, tmp_path):
+    """A deployment stages new files beside their targets as .<name>.sglpatch-<id> and renames
+    them; a snapshot taken meanwhile (a second apply racing the first) must not list them, or it
+    fails reading one that is already gone (found by a new-user run: two applies at once)."""
+    t = connect(local_host)
+    info = discover(t, local_host)
+    staged = local_target.package_dir / "srt" / ".server_args.py.sglpatch-20261130T000000-abcd"
+    staged.write_text("half-way through another deployment\n")
+    try:
+        res = snapshot(t, local_host, info, home=tmp_path)
+        m = Mirror.open(tmp_path, "local-test", "0.5.23")
+        assert not any(".sglpatch-" in p for p in m.manifest.files)
+        assert res.files == len(m.manifest.files)
+    finally:
+        staged.unlink()
+
+
+def test_a_file_vanishing_during_the_snapshot_is_one_clear_error(local_host, local_target):
+    """The real probe's tar op asked for a file that no longer exists (the install changed between
+    listing and reading): one error naming host and file that says what happened and what to do
+    (a StateError, as for a file whose bytes changed meanwhile) — not the remote command line."""
+    from sglang_patcher.mirror import _check_tar
+    from sglang_patcher.remote.launcher import run_script
+
+    t = connect(local_host)
+    info = discover(t, local_host)
+    res = run_script(t, info.interpreter, "probe", "tar", {"site_packages": info.site_packages},
+                     stdin=b'["sglang/srt/gone_meanwhile.py"]')
+    with pytest.raises(StateError) as ei:
+        _check_tar("local-test", res)
+    msg = str(ei.value)
+    assert "local-test" in msg and "sglang/srt/gone_meanwhile.py" in msg and "changed" in msg
+    assert "base64" not in msg and "python" not in msg
+    assert "status --host local-test" in (ei.value.hint or "")
