@@ -81,6 +81,11 @@ class HostInfo:
 
 
 def _interpreter_hint(host) -> str:
+    from .sandbox import SANDBOX_HOST, sandbox_python
+
+    if host.name == SANDBOX_HOST and host.transport == "local" and host.python == str(sandbox_python()):
+        return ("the embedded sandbox target is not built yet: run `sglpatch demo` (or "
+                "`bash scripts/demo.sh`) once, which creates it")
     return (f"set `python:` of host {host.name!r} in hosts.yaml to the absolute path of the "
             f"interpreter that has sglang (on the host, inside its env: `command -v python`)")
 

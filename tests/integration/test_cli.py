@@ -445,3 +445,10 @@ def test_json_flag_is_accepted_after_the_subcommand_and_usage_errors_are_json(ca
     assert code == 2
     data = json.loads(out)
     assert data["ok"] is False and "--host" in data["error"]
+
+
+def test_the_sandbox_not_built_yet_says_to_run_the_demo(capsys, tmp_path, sglpatch_home, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # no hosts.yaml here: `sandbox` is the embedded default target
+    code, _, err = run_cli(capsys, "status", "--host", "sandbox")
+    assert code == 6, err
+    assert "sglpatch demo" in err and "hosts.yaml" not in err
