@@ -202,6 +202,8 @@ class DiffReport:
     source: str
     result: Any  # applier.ApplyResult
     full: bool = True  # False: a diffstat instead of the whole diff (the demo's view)
+    drifted: list[str] = field(default_factory=list)  # host files apply would refuse (diff --host)
+    host_plan: str | None = None  # diff --host: what apply would do (DeployPlan.kind)
 
     @property
     def uncropped(self) -> bool:
@@ -245,6 +247,8 @@ class DiffReport:
             "hunks": [{"patch": h.patch, "path": h.path, "index": h.index, "status": h.status,
                        "offset": h.offset_lines} for h in self.result.hunks],
             "notes": list(self.result.notes),
+            "drifted": list(self.drifted),
+            "host_plan": self.host_plan,
             "diff": self.result.diff_text(),
         }
 
@@ -262,6 +266,11 @@ class DiffReport:
                               style="yellow"))
         for note in self.result.notes:
             parts.append(Text(f"  note: {note}", style="yellow"))
+        if self.drifted:
+            parts.append(Text(f"  drifted on the host ({len(self.drifted)} file(s) match neither the "
+                              f"pristine release nor any revision of {self.patchset.name}; this diff starts "
+                              f"from their pristine copies, and apply refuses them unless --force): "
+                              + ", ".join(self.drifted), style="bold red"))
         if self.full:
             parts.append(deploy.diff_view(self.result.diff_text()))
         else:
@@ -279,7 +288,9 @@ class DiffReport:
 def diff_patchset(name: str, *, host: Host | None = None, version: str | None = None,
                   home: Path | None = None, log: Log = _quiet) -> DiffReport:
     """The diff ``name`` makes: against ``host``'s install (snapshot first) or, with ``version``
-    and no host, against the pristine PyPI wheel (no SSH).
+    and no host, against the pristine PyPI wheel (no SSH). Against a host the report also says
+    what apply would find there (``host_plan``) and which files it would refuse as drifted
+    (``drifted``: edited on the host; the diff starts from their pristine copies).
 
     Raises UnsupportedVersionError, ApplyError (per hunk), PatchsetError, TransportError.
     """
@@ -303,8 +314,10 @@ def diff_patchset(name: str, *, host: Host | None = None, version: str | None = 
                                         ("wheel", deploy.wheel_reader(version, home))])
         for p in paths:
             reader.read(p)
+        # what apply would find there, by the same hashes (one more round trip; writes nothing)
+        plan = deploy.plan_apply(transport, host, info, ps, pristine=snap.mirror, home=home)
         return DiffReport(ps, version, f"host {host.name} (pristine via {', '.join(sorted(set(reader.used.values())))})",
-                          ps.render(version, reader.read))
+                          ps.render(version, reader.read), drifted=plan.drifted, host_plan=plan.kind)
 
 
 # ------------------------------------------------------------------------ apply / status / rollback

@@ -219,6 +219,27 @@ def test_apply_dry_run_shows_the_plan_and_the_whole_diff_and_writes_nothing(caps
     assert not any(site.rglob(".*.sglpatch-*")), "nothing staged"
 
 
+def test_diff_against_a_host_names_the_files_apply_would_refuse_as_drifted(capsys, tmp_path, sglpatch_home,
+                                                                           local_target):
+    from sglang_patcher.inventory import Host
+
+    hosts = write_hosts(tmp_path / "hosts.yaml",
+                        Host(name="here", transport="local", python=str(local_target)))
+    code, data, err = run_json(capsys, "--hosts", str(hosts), "diff", "ddtree", "--host", "here")
+    assert code == 0, err
+    assert data["drifted"] == [] and data["host_plan"] == "apply"
+    p = "sglang/srt/speculative/spec_utils.py"
+    target = local_target.site_packages / p
+    target.write_bytes(target.read_bytes() + b"\n# edited by hand on the host\n")
+    code, data, err = run_json(capsys, "--hosts", str(hosts), "diff", "ddtree", "--host", "here")
+    assert code == 0, err
+    assert data["drifted"] == [p] and data["host_plan"] == "drift"
+    assert "+    DDTREE = auto()" in data["diff"]
+    code, out, err = run_cli(capsys, "--hosts", str(hosts), "diff", "ddtree", "--host", "here")
+    assert code == 0, err
+    assert "drifted on the host" in out and p in out
+
+
 def test_drift_is_refused_then_forced(capsys, tmp_path, sglpatch_home, local_target):
     from sglang_patcher.inventory import Host
 
