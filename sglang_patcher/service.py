@@ -404,11 +404,15 @@ class RefreshReport:
 
 def refresh_patchset(name: str, version: str, *, home: Path | None = None,
                      log: Log = _quiet) -> RefreshReport:
-    """Recompute and rewrite ``pristine``/``expected`` of ``name`` for ``version`` from the wheel."""
+    """Recompute and rewrite ``pristine``/``expected`` of ``name`` for ``version`` from the wheel.
+
+    Raises UnsupportedVersionError (before any download) when ``name`` has no target ``version``,
+    ApplyError when the series no longer applies to that release."""
     from .patchset import refresh_hashes
     from .wheelcache import pristine_tree
 
     ps = load_patchset(name)
+    ps.target(version)  # an unsupported version fails before any download (as diff does)
     log(f"pristine tree: sglang=={version} from the PyPI wheel (downloaded once, then cached)")
     tree = pristine_tree(version, home=home)
     hashes = refresh_hashes(ps.root if hasattr(ps, "root") else ps.yaml_path.parent, version, tree.read)

@@ -473,3 +473,9 @@ def test_the_sandbox_not_built_yet_says_to_run_the_demo(capsys, tmp_path, sglpat
     code, _, err = run_cli(capsys, "status", "--host", "sandbox")
     assert code == 6, err
     assert "sglpatch demo" in err and "hosts.yaml" not in err
+
+
+def test_patchset_refresh_refuses_an_unsupported_release_before_any_download(capsys, sglpatch_home):
+    code, _, err = run_cli(capsys, "patchset", "refresh", "ddtree", "--sglang", "0.5.22")
+    assert code == 3 and "0.5.22" in err and VERSION in err
+    assert not any((sglpatch_home / "wheels").rglob("sglang-0.5.22*")), "nothing downloaded"
