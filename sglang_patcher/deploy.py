@@ -517,6 +517,7 @@ class DeployPlan:
     inspect: dict[str, Any] = field(default_factory=dict, repr=False)
     pristine_sources: dict[str, str] = field(default_factory=dict)
     pristine_bytes: dict[str, bytes | None] = field(default_factory=dict, repr=False)
+    result: Any = field(default=None, repr=False)  # the applier's ApplyResult that ``diff`` shows
 
     @property
     def drifted(self) -> list[str]:
@@ -872,7 +873,7 @@ def plan_apply(transport: Transport, host: Any, info: Any, patchset: Any, *, pri
     return DeployPlan(host=name, patchset=str(patchset.name), revision=int(patchset.revision),
                       sglang_version=version, files=files, contents=contents, diff=result.diff_text(),
                       inspect=inspect, pristine_sources=dict(src.used),
-                      pristine_bytes=dict(src._cache))
+                      pristine_bytes=dict(src._cache), result=result)
 
 
 def _allowed(fp: FilePlan, history: dict[int, dict[str, str | None]]) -> list[str | None]:

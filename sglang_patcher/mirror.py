@@ -32,7 +32,7 @@ from typing import Any, Literal
 
 from .errors import StateError, TransportError
 from .manifest import FileEntry, Manifest, read_record
-from .remote.launcher import EXPECTED_FAILURE_EXIT, call_json, run_script
+from .remote.launcher import EXPECTED_FAILURE_EXIT, call_json, last_json, run_script
 from .state import safe_component, sglpatch_home
 from .transport.base import Transport
 
@@ -266,10 +266,7 @@ def _check_tar(host: str, res: Any) -> None:
     install changed while it was mirrored (a deployment or pip running there), said as such;
     anything else as the transport reports it."""
     if res.exit_code == EXPECTED_FAILURE_EXIT:
-        try:
-            err = json.loads(res.stdout.decode("utf-8", "replace").strip().splitlines()[-1])
-        except (ValueError, IndexError):
-            err = {}
+        err = last_json(res.stdout)
         if isinstance(err, dict) and err.get("kind") == "missing":
             raise StateError(  # as for a file whose bytes changed meanwhile (_extract)
                 f"{host}: {err.get('path', 'a file')} vanished from the install while it was being "

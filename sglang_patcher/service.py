@@ -308,16 +308,12 @@ def diff_patchset(name: str, *, host: Host | None = None, version: str | None = 
         version = str(info.sglang_version)
         ps.target(version)
         snap = mirror.snapshot(transport, host, info, home=home)
-        paths = ps.touched_paths(version)
-        reader = deploy.PristineSource(dict(ps.target(version).pristine),
-                                       [("mirror", snap.mirror.read),
-                                        ("wheel", deploy.wheel_reader(version, home))])
-        for p in paths:
-            reader.read(p)
-        # what apply would find there, by the same hashes (one more round trip; writes nothing)
+        # apply's own plan (one more round trip; writes nothing): its rendering is the diff, its
+        # hashes say what apply would find there
         plan = deploy.plan_apply(transport, host, info, ps, pristine=snap.mirror, home=home)
-        return DiffReport(ps, version, f"host {host.name} (pristine via {', '.join(sorted(set(reader.used.values())))})",
-                          ps.render(version, reader.read), drifted=plan.drifted, host_plan=plan.kind)
+        via = ", ".join(sorted(set(plan.pristine_sources.values())))
+        return DiffReport(ps, version, f"host {host.name} (pristine via {via})", plan.result,
+                          drifted=plan.drifted, host_plan=plan.kind)
 
 
 # ------------------------------------------------------------------------ apply / status / rollback

@@ -74,17 +74,25 @@ def call_json(transport: Transport, interpreter: str, script: str, op: str,
         raise RemoteCommandError(transport.name, short, res.exit_code,
                                  res.stdout.decode("utf-8", "replace"),
                                  res.stderr.decode("utf-8", "replace"), hint=hint)
-    try:
-        out = json.loads(res.stdout.decode("utf-8").strip().splitlines()[-1])
-    except (ValueError, IndexError) as exc:
+    out = last_json(res.stdout)
+    if out is None:
         raise RemoteCommandError(transport.name, short, res.exit_code,
                                  res.stdout.decode("utf-8", "replace"),
                                  res.stderr.decode("utf-8", "replace"),
-                                 hint="the remote script printed no JSON; rerun with --debug") from exc
+                                 hint="the remote script printed no JSON; rerun with --debug")
     if not isinstance(out, dict):
         raise RemoteCommandError(transport.name, short, res.exit_code, str(out), "",
                                  hint="the remote script printed unexpected JSON")
     return out
+
+
+def last_json(stdout: bytes) -> Any:
+    """The JSON value on the last line of a remote script's stdout (how our scripts answer, also
+    for an expected failure: ``{"ok": false, "kind": ..., "error": ...}``); None when there is none."""
+    try:
+        return json.loads(stdout.decode("utf-8").strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        return None
 
 
 def source_argv(interpreter: str, source: bytes, *extra: str) -> list[str]:
