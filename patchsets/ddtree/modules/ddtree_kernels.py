@@ -787,13 +787,9 @@ def _merge_top(A, top_desc, NP: tl.constexpr, S: tl.constexpr, LOGNP: tl.constex
 
 
 @triton.jit
-def _merge_survivors(A, ss, su, n, base, NP: tl.constexpr, S: tl.constexpr, LOGNP: tl.constexpr):
-    """``_merge_top`` of A with the n (<= S) survivors compacted at ss / su[0 .. n) (score f32,
-    packed (i, r) int32): their keys (sub = base + packed) built in S lanes (_MAXKEY past n)
-    and sorted descending; with S > NP (S a multiple of NP) only their NP smallest are merged."""
-    o = tl.arange(0, S)
-    m = o < n
-    key = _desc_key(tl.load(ss + o, mask=m, other=0.0), m, base + tl.load(su + o, mask=m, other=0))
+def _merge_keys(A, key, m, NP: tl.constexpr, S: tl.constexpr, LOGNP: tl.constexpr):
+    """``_merge_top`` of A with the keys of the lanes m of ``key`` ([S] int64): sorted descending
+    (_MAXKEY outside m); with S > NP (S a multiple of NP) only their NP smallest are merged."""
     top = tl.sort(tl.where(m, key, _MAXKEY), descending=True)
     if S > NP:  # more survivors than lanes: their NP smallest, the last NP of the sorted S
         R: tl.constexpr = S // NP
@@ -805,11 +801,32 @@ def _merge_survivors(A, ss, su, n, base, NP: tl.constexpr, S: tl.constexpr, LOGN
 
 
 @triton.jit
+def _merge_survivors(A, ss, su, n, base, NP: tl.constexpr, S: tl.constexpr, LOGNP: tl.constexpr):
+    """``_merge_keys`` of A with the n (<= S) survivors compacted at ss / su[0 .. n) (score f32,
+    packed (i, r) int32): their keys (sub = base + packed) built in S lanes."""
+    o = tl.arange(0, S)
+    m = o < n
+    key = _desc_key(tl.load(ss + o, mask=m, other=0.0), m, base + tl.load(su + o, mask=m, other=0))
+    return _merge_keys(A, key, m, NP, S, LOGNP)
+
+
+@triton.jit
 def _score_of_key(key):
     """The float32 score of a valid ``_desc_key`` (its primary inverted; -0.0 comes back as +0.0)."""
     asc = 4294967295 - (key >> 30)
     bits = tl.where(asc >= 2147483648, asc - 2147483648, 4294967295 - asc)
     return bits.to(tl.int32).to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def _threshold(t, base):
+    """A key t as the 32-bit survival test's threshold (score f32, packed tie-break int32):
+    candidates of this depth (sub = base + packed) beat t when score > ts | (score == ts &
+    packed < tsub). An invalid t (fewer than N valid keys so far) gives (-inf, int32 max), which
+    every valid candidate beats."""
+    t_inv = (t >> 30) >= 4294967296
+    ts = tl.where(t_inv, float("-inf"), _score_of_key(tl.minimum(t, 4294967295 << 30)))
+    return ts, tl.where(t_inv, 2147483647, (t & 1073741823).to(tl.int32) - base)
 
 
 @triton.jit
@@ -819,17 +836,14 @@ def _head_tau(A, score_prev, lp_row, m_prev, N, base, NP: tl.constexpr, LOGNP: t
     A and the heads, the rank-0 children (i, 0) of the first min(m_prev, NP) parents. The heads
     are candidates and their keys ascend with i (parent score non-increasing, sub ascending), so
     one ``_merge_top`` finds T, and the final N-th smallest key of A and all candidates is <= T:
-    only candidates with key <= T can enter. Returns T as (score f32, packed cs int32) for the
-    32-bit test (score > ts) | (score == ts & cs <= tsub); (-inf, int32 max) if T is invalid."""
+    only candidates with key <= T can enter. Returns ``_threshold`` of T, for the test
+    (score > ts) | (score == ts & cs <= tsub)."""
     o = tl.arange(0, NP)
     hv = o < m_prev
     hs = tl.load(score_prev + o, mask=hv, other=float("-inf")) + _clean_lp(tl.load(lp_row))
     head = tl.where(hv, _desc_key(hs, hv, base + (o << LOGKP)), _MAXKEY)
     T = _merge_top(tl.where(o < N, A, _MAXKEY), tl.flip(head, 0), NP, NP, LOGNP)
-    t = tl.max(tl.where(o < N, T, 0), axis=0)  # T[N - 1]
-    t_inv = (t >> 30) >= 4294967296
-    ts = tl.where(t_inv, float("-inf"), _score_of_key(tl.minimum(t, 4294967295 << 30)))
-    return ts, tl.where(t_inv, 2147483647, (t & 1073741823).to(tl.int32) - base)
+    return _threshold(tl.max(tl.where(o < N, T, 0), axis=0), base)  # T[N - 1]
 
 
 @triton.jit
@@ -864,15 +878,14 @@ def _merge_generated(A, own, score_prev, lp_row, n, base, NP: tl.constexpr, S: t
     """``_merge_top`` of A with the n (<= S) generated survivors: slot j belongs to the parent
     whose block starts last at or before j — own holds (depth << 26 | start << 13 | parent) at
     each block start, so a running max over the slots finds it (older depths' entries are
-    smaller) — and its rank is j - start. Keys as the table scan builds them, sorted in S lanes."""
+    smaller) — and its rank is j - start. Keys as the table scan builds them (``_merge_keys``)."""
     o = tl.arange(0, S)
     m = o < n
     v = tl.associative_scan(tl.load(own + o, mask=m, other=0), 0, _max_combine)
     p = v & 8191
     r = o - ((v >> 13) & 8191)
     sc = tl.load(score_prev + p, mask=m, other=0.0) + _clean_lp(tl.load(lp_row + r, mask=m, other=0.0))
-    key = _desc_key(sc, m, base + ((p << LOGKP) | r))
-    return _merge_top(A, tl.sort(tl.where(m, key, _MAXKEY), descending=True), NP, S, LOGNP)
+    return _merge_keys(A, _desc_key(sc, m, base + ((p << LOGKP) | r)), m, NP, S, LOGNP)
 
 
 @triton.jit
@@ -917,8 +930,8 @@ def _beam_prune_kernel(
     m_prev = tl.minimum(N, K)
     offs_c = tl.arange(0, CP)
     cm = offs_c < C
-    cap = tl.where(nm, tl.minimum(K, N // (offs_n + 1)), 0)  # the table's ranks of parent order i
     if GEN:
+        cap = tl.where(nm, tl.minimum(K, N // (offs_n + 1)), 0)  # the table's ranks of parent order i
         tl.store(own_ptr + b * NP + offs_n, tl.zeros([NP], tl.int32))  # older than any depth tag
         tl.debug_barrier()
     for d in range(1, L):
@@ -926,12 +939,8 @@ def _beam_prune_kernel(
         cur = out_b + d * N
         m_d = m_prev * 0
         if m_prev > 0:
-            tau = tl.max(tl.where(nm, A, 0), axis=0)  # A[N - 1]
-            # key(score, sub = d * N + packed (i, r)) < tau as (score desc, packed asc) in 32 bits;
-            # an invalid tau (fewer than N valid keys so far) lets every valid candidate in
-            tau_inv = (tau >> 30) >= 4294967296
-            ts = tl.where(tau_inv, float("-inf"), _score_of_key(tl.minimum(tau, 4294967295 << 30)))
-            tsub = tl.where(tau_inv, 2147483647, (tau & 1073741823).to(tl.int32) - d * N)
+            # key(score, sub = d * N + packed (i, r)) < tau = A[N - 1], tested in 32 bits
+            ts, tsub = _threshold(tl.max(tl.where(nm, A, 0), axis=0), d * N)
             A2 = A
             n_new = m_prev * 0
             done = m_prev * 0
