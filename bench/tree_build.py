@@ -27,7 +27,7 @@ from _timing import cpu_median_us, gpu_eager_median_us, gpu_graph_median_us  # n
 
 from patchsets.ddtree.modules.ddtree_kernels import (  # noqa: E402
     beam_prune_triton, beam_select_triton, beam_triton, label_count_triton, lse_triton, prep_chunked_triton,
-    tie_fix_triton, tree_arrays_triton)
+    tie_fix_triton, tree_mask_triton)
 from patchsets.ddtree.modules.ddtree_reference import build_tree_reference_from_topk  # noqa: E402
 from patchsets.ddtree.modules.ddtree_tree import (  # noqa: E402
     build_custom_mask,
@@ -118,9 +118,10 @@ def main():
             max_depth = max([d + 1 for d, c in enumerate(depth_hist) if c] or [0])
             bo = beam_prune_triton(lp, N, ci, ck)  # labels after the pruned beam (the default)
             nbv = torch.full((bs,), N, dtype=torch.int64, device=dev)
-            lab_cnt = g(lambda: label_count_triton(bo[4], nbv, roots, lp_ids, bo[0], bo[2], bo[3], N))
-            lo = label_count_triton(bo[4], nbv, roots, lp_ids, bo[0], bo[2], bo[3], N)
-            arrays = g(lambda: tree_arrays_triton(lo[1], lo[3], L))
+            # as build_ddtree runs them: labels with the retrieve links, then the tree mask
+            lab_cnt = g(lambda: label_count_triton(bo[4], nbv, roots, lp_ids, bo[0], bo[2], bo[3], N, links=True))
+            lo = label_count_triton(bo[4], nbv, roots, lp_ids, bo[0], bo[2], bo[3], N, links=True)
+            arrays = g(lambda: tree_mask_triton(lo[1], lo[3], L))
             torch_arrays = float("nan") if a.no_torch_path else gpu_graph_median_us(
                 lambda: build_ddtree(x, roots, N, N, use_triton=False), reps=20)
             pl = torch.full((bs,), 1024, dtype=torch.int64, device=dev)
@@ -145,14 +146,14 @@ def main():
                              chunked_prep_kernels_us=chunked_kernels,
                              beam_kernel_us=beam, beam_select_us=beam_sel, beam_prune_us=beam_prune,
                              label_count_us=lab_cnt,
-                             tree_arrays_us=arrays, gpu_graph_torch_path_us=torch_arrays,
+                             tree_mask_us=arrays, gpu_graph_torch_path_us=torch_arrays,
                              custom_mask_triton_us=mask_tri, custom_mask_torch_us=mask_tor))
             vtxt = " ".join(f"{p}+{b}={v:.1f}" for (p, b), v in var.items())
             print(f"{kind} bs={bs:3d} N={N:5d} default[{dflt[0]}+{dflt[1]}]={full:9.1f}us eager={eager:9.1f}us "
                   f"{vtxt} cpu_heap={cpu:11.1f}us x{cpu / full:7.1f} depth<={max_depth} | prep row={prep:.1f} "
                   f"chunked={prep_chunked:.1f} radix={prep_radix:.1f} bound={prep_bound:.1f} topk={topk_only:.1f} lse_k={lse_only:.1f} "
                   f"tie_k={tie_only:.1f} chunked_k={chunked_kernels:.1f} | beam sort={beam:.1f} "
-                  f"select={beam_sel:.1f} prune={beam_prune:.1f} label={lab_cnt:.1f} arrays={arrays:.1f} "
+                  f"select={beam_sel:.1f} prune={beam_prune:.1f} label+links={lab_cnt:.1f} tree_mask={arrays:.1f} "
                   f"all_torch={torch_arrays:.1f} mask1024 tri={mask_tri:.1f} torch={mask_tor:.1f}", flush=True)
     meta = dict(date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
                 device=torch.cuda.get_device_name(), torch=torch.__version__, L=L, V=V,
@@ -181,7 +182,7 @@ def table(rows, meta):
                    + f" | {r['gpu_eager_us']:.1f} | {r['cpu_heap_us']:.0f} | {r['speedup']:.0f}x | "
                    f"{r['cpu_heap_us'] / best(r):.0f}x |")
     out += ["", "| logits | bs | N | prep row / chunked / radix / bound µs | torch.topk µs | lse kernel / tie-fix kernel / "
-            "chunked kernels µs | beam sort / select / prune µs | labels µs | tree arrays µs "
+            "chunked kernels µs | beam sort / select / prune µs | labels + links µs | tree mask µs "
             "| custom_mask Triton / torch µs |",
             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
@@ -190,7 +191,7 @@ def table(rows, meta):
                    f"{r['torch_topk_us']:.1f} | {r['lse_row_kernel_us']:.1f} / {r['tie_fix_row_kernel_us']:.1f} / "
                    f"{r['chunked_prep_kernels_us']:.1f} | {r['beam_kernel_us']:.1f} / {r['beam_select_us']:.1f} / "
                    f"{r['beam_prune_us']:.1f} | "
-                   f"{r['label_count_us']:.1f} | {r['tree_arrays_us']:.1f} | {r['custom_mask_triton_us']:.1f} / "
+                   f"{r['label_count_us']:.1f} | {r['tree_mask_us']:.1f} | {r['custom_mask_triton_us']:.1f} / "
                    f"{r['custom_mask_torch_us']:.1f} |")
     return "\n".join(out)
 

@@ -17,7 +17,7 @@ from patchsets.ddtree.modules.ddtree_tree import (
     tree_positions,
 )
 
-from tests.support.ddtree import assert_prune_beam_matches, draft_logits  # noqa: E402
+from tests.support.ddtree import assert_prune_beam_matches, assert_tree_arrays_match, draft_logits  # noqa: E402
 
 FIELDS = ("tokens", "parents", "depths", "valid", "scores")
 DEV = "cuda"
@@ -134,6 +134,7 @@ def test_triton_paths_equal_torch(N):
             assert torch.equal(getattr(t, f), getattr(t2, f)), f
     for a, b in zip(build_tree_arrays(t.parents, t.valid, L), KR.tree_arrays_triton(t.parents, t.valid, L)):
         assert torch.equal(a, b)
+    assert_tree_arrays_match(t)  # the links the label kernel wrote
     pl = torch.randint(0, 300, (bs,), device=DEV)
     tot = custom_mask_size(int(pl.sum()), bs, N + 1)
     m1 = build_custom_mask(t, pl, out=torch.zeros(tot + 5, dtype=torch.bool, device=DEV), use_triton=False)

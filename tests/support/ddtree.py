@@ -52,3 +52,15 @@ def assert_prune_beam_matches(full, pruned) -> None:
                 assert torch.equal(f[b, d, :m], p[b, d, :m]), f"request {b} depth {d}: {name} differs"
             fs, ps = full[0][b, d, :m], pruned[0][b, d, :m]  # bit for bit: -0.0 is not +0.0
             assert torch.equal(fs.view(torch.int32), ps.view(torch.int32)), f"request {b} depth {d}: score bits"
+
+
+def assert_tree_arrays_match(tree) -> None:
+    """The retrieve_* arrays and the tree mask of ``tree`` (a ``DDTree``, any device) equal the
+    torch path's ``build_tree_arrays`` of its own parents and valid flags. Raises AssertionError
+    naming the array."""
+    from patchsets.ddtree.modules.ddtree_tree import build_tree_arrays
+
+    want = build_tree_arrays(tree.parents, tree.valid, tree.max_depth)
+    names = ("retrieve_index", "retrieve_next_token", "retrieve_next_sibling", "tree_mask")
+    for name, w in zip(names, want):
+        assert torch.equal(getattr(tree, name), w), f"{name} differs from build_tree_arrays"

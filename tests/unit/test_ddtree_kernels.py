@@ -19,7 +19,7 @@ from patchsets.ddtree.modules import ddtree_kernels as KR  # noqa: E402
 
 pytestmark = pytest.mark.slow  # the interpreter is slow (~4 min for this file)
 from patchsets.ddtree.modules.ddtree_accept import greedy_accept  # noqa: E402
-from tests.support.ddtree import KINDS, assert_prune_beam_matches, draft_logits  # noqa: E402
+from tests.support.ddtree import KINDS, assert_prune_beam_matches, assert_tree_arrays_match, draft_logits  # noqa: E402
 from patchsets.ddtree.modules.ddtree_tree import (  # noqa: E402
     build_custom_mask,
     build_ddtree,
@@ -93,6 +93,7 @@ def test_triton_tree_path_equals_reference(seed, L, V, N, K, kind):
     # pruned beam == sort beam on every surviving entry
     assert_prune_beam_matches(got_beam, KR.beam_prune_triton(lp_t, N, ci, ck))
     tree = build_ddtree(x, roots, N, K, request_budget=rb, use_triton=True)
+    assert_tree_arrays_match(tree)  # the links written by the label kernel
     for b in range(bs):
         ref = build_tree_reference(x[b], int(rb[b]), K, lse=lse_t[b])
         want = reference_labelled(ref, int(roots[b]), N)
@@ -142,8 +143,9 @@ def test_select_beam_and_radix_prep_property(seed, L, V, N, kf, ties):
 @given(seed=st.integers(0, 2**31 - 1), L=st.integers(1, 8), V=st.integers(2, 200),
        N=st.integers(1, 64), kf=st.floats(0.05, 1.0), kind=st.sampled_from(KINDS),
        tiers=st.sampled_from([(64, 256), (1, 2), (2, 8), (4, 16), (16, 4)]),
-       wide=st.sampled_from([None, (2, 4), (1, 1), (1, 2), (2, 2)]), gen=st.booleans())
-def test_pruned_beam_property(seed, L, V, N, kf, kind, tiers, wide, gen):
+       wide=st.sampled_from([None, (2, 4), (1, 1), (1, 2), (2, 2)]), gen=st.booleans(),
+       gen_wide=st.sampled_from([1, 2, 4]))
+def test_pruned_beam_property(seed, L, V, N, kf, kind, tiers, wide, gen, gen_wide):
     """Property: the pruned beam (the heap's early stop) equals the sorting beam on every
     surviving entry and builds the identical tree — flat, peaked (deep trees) and tied logits,
     per-request budgets, K <= N; small sort tiers put a depth's survivors through every tier
@@ -151,7 +153,9 @@ def test_pruned_beam_property(seed, L, V, N, kf, kind, tiers, wide, gen):
     more than NP survivors through the wide tiers or, with (1, 1), the selection; gen=True
     generates a depth's survivors per parent, False scans the candidate table (every branch is
     reached at N <= 64: in 50 random cases 132 generated merges, 164 scanned ones, 47
-    selections)."""
+    selections); gen_wide 2 / 4 tightens tau when more than N are generated and selects among
+    up to 2 / 4 NP generated lanes (in 30 random cases: 194 generated key sets, 25 of them
+    selected, 92 head bounds, 23 scanned merges after tightening)."""
     from patchsets.ddtree.modules.ddtree_tree import build_ddtree_from_topk, candidate_pairs, draft_topk
 
     K = max(1, int(N * kf))
@@ -159,8 +163,9 @@ def test_pruned_beam_property(seed, L, V, N, kf, kind, tiers, wide, gen):
     lp, ids, _ = draft_topk(x, K, use_triton=False)
     ci, ck = candidate_pairs(N, lp.shape[-1], "cpu")
     full = KR.beam_triton(lp, N, ci, ck)
-    assert_prune_beam_matches(full, KR.beam_prune_triton(lp, N, ci, ck, tiers=tiers, wide=wide, gen=gen))
-    if (tiers, wide, gen) != ((64, 256), None, True):
+    assert_prune_beam_matches(full, KR.beam_prune_triton(lp, N, ci, ck, tiers=tiers, wide=wide, gen=gen,
+                                                         gen_wide=gen_wide))
+    if (tiers, wide, gen, gen_wide) != ((64, 256), None, True, 2):
         assert_prune_beam_matches(full, KR.beam_prune_triton(lp, N, ci, ck))
     rb = torch.tensor([N, max(0, N // 2), 1])
     roots = torch.tensor([4, 5, 6])
@@ -168,6 +173,7 @@ def test_pruned_beam_property(seed, L, V, N, kf, kind, tiers, wide, gen):
     got = build_ddtree_from_topk(lp, ids, roots, N, rb, use_triton=True, beam="prune")
     for f in ("tokens", "parents", "depths", "valid", "scores", "num_nodes", "tree_mask"):
         assert torch.equal(getattr(got, f), getattr(want, f)), f
+    assert_tree_arrays_match(got)
 
 
 # Radix prep over (row, program) grids: small chunks so that a few hundred columns make many
@@ -261,6 +267,9 @@ def test_pruned_beam_tiers_and_wide_must_be_powers_of_two():
             KR.beam_prune_triton(lp, 4, ci, ck, tiers=bad)
         with pytest.raises(ValueError, match="wide must be two powers of 2"):
             KR.beam_prune_triton(lp, 4, ci, ck, wide=bad)
+    for bad in (0, 3, -2):
+        with pytest.raises(ValueError, match="gen_wide must be a power of 2"):
+            KR.beam_prune_triton(lp, 4, ci, ck, gen_wide=bad)
 
 
 def test_radix_programs_and_errors():

@@ -16,9 +16,10 @@
 | ``beam_prune_triton``      | same; only candidates that can still be   | default: 18-56 us flat; peaked bs 1 |
 |                            | in the global top-N (the heap's early     | N 512 / 1024: 94 / 250 us with the  |
 |                            | stop), survivors merged, not re-sorted;   | survivors generated per parent (118 |
-|                            | survivors generated per parent            | / 297 scanning the table in 32 bits,|
-|                            |                                           | 125 / 348 in 64 bits)               |
-| ``label_count_triton``     | selection + labelling in ``build_ddtree_from_topk``, positions from per-parent counts, one program per (request, depth) | 9-26 us (was 13-47 with a per-depth loop) |
+|                            | survivors generated per parent; more than | / 297 scanning the table in 32 bits,|
+|                            | N of them: exact head bound, then a       | 125 / 348 in 64 bits); bench inputs |
+|                            | selection among <= 2 NP generated lanes   | bs 1 N 512: 117.7 us (138.2 before) |
+| ``label_count_triton``     | selection + labelling in ``build_ddtree_from_topk``, positions from per-parent counts, one program per (request, depth); ``links=True`` also writes the retrieve arrays | 9-26 us (was 13-47 with a per-depth loop); with links + ``tree_mask_triton`` 15.6 us against 16.1 for labels + ``tree_arrays_triton`` (bs 1 N 512) |
 | ``tree_arrays_triton``     | ``ddtree_tree.build_tree_arrays``         | 10-68 us (was up to 1.2 ms)         |
 | ``custom_mask_triton``     | torch path of ``build_custom_mask``       | 1.4-3.6x faster                     |
 | ``greedy_walk_triton``     | torch path of ``ddtree_accept.greedy_accept`` | 10-14x faster (25-32 us)        |
@@ -41,6 +42,7 @@ from .ddtree_tree import DDTree
 
 __all__ = [
     "tree_arrays_triton",
+    "tree_mask_triton",
     "custom_mask_triton",
     "greedy_walk_triton",
     "lse_triton",
@@ -142,13 +144,29 @@ def tree_arrays_triton(parents: torch.Tensor, valid: torch.Tensor, max_depth: in
     if bs == 0:
         return ri, rnt, rns, mask
     _tree_links_kernel[(bs,)](parents, v8, ri, rnt, rns, N1, BLOCK=256, num_warps=4)
+    _tree_mask_into(parents, v8, mask, max_depth)
+    return ri, rnt, rns, mask
+
+
+def tree_mask_triton(parents: torch.Tensor, valid: torch.Tensor, max_depth: int) -> torch.Tensor:
+    """The ancestor-or-self tree mask alone ([bs, N1, N1] bool; ``tree_arrays_triton``'s fourth
+    output) from parents [bs, N1] int64 and valid [bs, N1] bool: one launch, for a builder whose
+    labels already gave the retrieve arrays (``label_count_triton(..., links=True)``)."""
+    bs, N1 = parents.shape
+    mask = torch.empty((bs, N1, N1), dtype=torch.bool, device=parents.device)
+    if bs:
+        _tree_mask_into(parents.contiguous(), valid.contiguous().view(torch.int8), mask, max_depth)
+    return mask
+
+
+def _tree_mask_into(parents, v8, mask, max_depth: int) -> None:
+    bs, N1 = parents.shape
     BLOCK_R = 32
     BLOCK_C = 256
     _tree_mask_kernel[(bs, triton.cdiv(N1, BLOCK_R))](
         parents, v8, mask.view(torch.int8), N1, MAX_DEPTH=max_depth,
         BLOCK_R=BLOCK_R, BLOCK_C=BLOCK_C, num_warps=4,
     )
-    return ri, rnt, rns, mask
 
 
 @triton.jit
@@ -604,12 +622,14 @@ def _select_smallest(key, hi0, N, scr_ptr, NP: tl.constexpr, ROUNDS: tl.constexp
     hi0: a primary (key >> 30) that at least N keys do not exceed. scr_ptr: NP int64 scratch.
     Five-way search for the primary P of the N-th smallest key: per round the counts below four
     thresholds are packed 16 bits apart into one int64 and summed in ONE reduction. Exact: the
-    invariant is count(prim <= lo - 1) < N <= count(prim <= hi); 15 rounds cover 2**34.
+    invariant is count(prim <= lo - 1) < N <= count(prim <= hi); 15 rounds cover 2**34, and the
+    search stops as soon as lo == hi (a fixed point of the round).
     """
     prim = key >> 30
     lo = tl.min(prim, axis=0)
     hi = hi0
-    for _ in range(ROUNDS):
+    rnd = tl.zeros([], tl.int32)
+    while (rnd < ROUNDS) & (lo < hi):  # lo == hi is a fixed point: stop there
         step = (hi - lo) // 5 + 1
         cnt = _packed_count4(prim <= lo + step - 1, prim <= lo + 2 * step - 1,
                              prim <= lo + 3 * step - 1, prim <= lo + 4 * step - 1)
@@ -617,6 +637,7 @@ def _select_smallest(key, hi0, N, scr_ptr, NP: tl.constexpr, ROUNDS: tl.constexp
         nlo = lo + j * step
         hi = tl.minimum(nlo + step - 1, hi)
         lo = nlo
+        rnd += 1
     lt = prim < lo
     n_lt = tl.sum(lt.to(tl.int32), axis=0)
     eq = prim == lo
@@ -852,12 +873,13 @@ def _max_combine(a, b):
 
 
 @triton.jit
-def _survivor_ranks(score_prev, lp_row, cap, m_prev, ts, tsub, NP: tl.constexpr, LOGKP: tl.constexpr):
+def _survivor_ranks(score_prev, lp_row, cap, m_prev, ts, tsub, teq, NP: tl.constexpr, LOGKP: tl.constexpr):
     """Per parent order i < m_prev ([NP] int32): R_i, how many of its table ranks r < cap_i beat
-    the threshold (ts, tsub) as (score desc, packed (i, r) asc). With lp row d non-increasing a
-    child's key grows with r, so they are the ranks r < R_i: found by binary lifting over r
-    (LOGKP + 1 dependent loads of the lp row, which stays in L1) instead of testing every table
-    entry. The score is the same float32 addition as the table scan's."""
+    the threshold (ts, tsub) as (score desc, packed (i, r) asc); teq = tsub: a candidate equal
+    to it survives too (the head bound, whose key may be a candidate's), -1: not. With lp row d
+    non-increasing a child's key grows with r, so they are the ranks r < R_i: found by binary
+    lifting over r (LOGKP + 1 dependent loads of the lp row, which stays in L1) instead of
+    testing every table entry. The score is the same float32 addition as the table scan's."""
     o = tl.arange(0, NP)
     hv = o < m_prev
     s = tl.load(score_prev + o, mask=hv, other=float("-inf"))
@@ -867,25 +889,34 @@ def _survivor_ranks(score_prev, lp_row, cap, m_prev, ts, tsub, NP: tl.constexpr,
         nxt = R + (1 << (LOGKP - t))
         ok = nxt <= c
         x = s + _clean_lp(tl.load(lp_row + nxt - 1, mask=ok, other=0.0))
-        live = (x > ts) | ((x == ts) & (((o << LOGKP) | (nxt - 1)) < tsub))
+        pk = (o << LOGKP) | (nxt - 1)
+        live = (x > ts) | ((x == ts) & ((pk < tsub) | (pk == teq)))
         R = tl.where(ok & live, nxt, R)
     return R
 
 
 @triton.jit
-def _merge_generated(A, own, score_prev, lp_row, n, base, NP: tl.constexpr, S: tl.constexpr,
-                     LOGNP: tl.constexpr, LOGKP: tl.constexpr):
-    """``_merge_top`` of A with the n (<= S) generated survivors: slot j belongs to the parent
-    whose block starts last at or before j — own holds (depth << 26 | start << 13 | parent) at
-    each block start, so a running max over the slots finds it (older depths' entries are
-    smaller) — and its rank is j - start. Keys as the table scan builds them (``_merge_keys``)."""
+def _generated_keys(own, score_prev, lp_row, n, base, S: tl.constexpr, LOGKP: tl.constexpr):
+    """Keys ([S] int64, _MAXKEY from lane n on) of the n (<= S) generated survivors: slot j belongs
+    to the parent whose block starts last at or before j — own holds (depth << 26 | start << 13 |
+    parent) at each block start, so a running max over the slots finds it (older depths' entries
+    are smaller) — and its rank is j - start. Keys as the table scan builds them; they ascend
+    with the slot among equal scores (parent, then rank). Returns (key, lane mask)."""
     o = tl.arange(0, S)
     m = o < n
     v = tl.associative_scan(tl.load(own + o, mask=m, other=0), 0, _max_combine)
     p = v & 8191
     r = o - ((v >> 13) & 8191)
     sc = tl.load(score_prev + p, mask=m, other=0.0) + _clean_lp(tl.load(lp_row + r, mask=m, other=0.0))
-    return _merge_keys(A, _desc_key(sc, m, base + ((p << LOGKP) | r)), m, NP, S, LOGNP)
+    return tl.where(m, _desc_key(sc, m, base + ((p << LOGKP) | r)), _MAXKEY), m
+
+
+@triton.jit
+def _merge_generated(A, own, score_prev, lp_row, n, base, NP: tl.constexpr, S: tl.constexpr,
+                     LOGNP: tl.constexpr, LOGKP: tl.constexpr):
+    """``_merge_top`` of A with the n (<= S) generated survivors (``_generated_keys``)."""
+    key, m = _generated_keys(own, score_prev, lp_row, n, base, S, LOGKP)
+    return _merge_keys(A, key, m, NP, S, LOGNP)
 
 
 @triton.jit
@@ -901,7 +932,7 @@ def _beam_prune_kernel(
     scr_ptr,  # [bs, NP] int64 scratch
     ss_ptr,  # [bs, S4] f32 scratch: compacted survivor scores
     su_ptr,  # [bs, S4] int32 scratch: compacted survivor subs
-    own_ptr,  # [bs, NP] int32 scratch: generated survivors' (depth, start, parent) at block starts
+    own_ptr,  # [bs, W] int32 scratch: generated survivors' (depth, start, parent) at block starts
     K,
     N,
     C,
@@ -916,6 +947,7 @@ def _beam_prune_kernel(
     LOGNP: tl.constexpr,
     LOGKP: tl.constexpr,
     GEN: tl.constexpr,
+    W: tl.constexpr,
 ):
     b = tl.program_id(0).to(tl.int64)
     offs_n = tl.arange(0, NP)
@@ -932,7 +964,8 @@ def _beam_prune_kernel(
     cm = offs_c < C
     if GEN:
         cap = tl.where(nm, tl.minimum(K, N // (offs_n + 1)), 0)  # the table's ranks of parent order i
-        tl.store(own_ptr + b * NP + offs_n, tl.zeros([NP], tl.int32))  # older than any depth tag
+        ow = tl.arange(0, W)
+        tl.store(own_ptr + b * W + ow, tl.zeros([W], tl.int32))  # older than any depth tag
         tl.debug_barrier()
     for d in range(1, L):
         prev = out_b + (d - 1) * N
@@ -944,14 +977,25 @@ def _beam_prune_kernel(
             A2 = A
             n_new = m_prev * 0
             done = m_prev * 0
+            teq = m_prev * 0 - 1  # tsub once the threshold is the head bound (a candidate may equal it)
             if GEN:  # parent i's survivors are its ranks r < R_i (lp rows non-increasing)
-                R = _survivor_ranks(score_ptr + prev, lp_b + d * K, cap, m_prev, ts, tsub, NP, LOGKP)
+                R = _survivor_ranks(score_ptr + prev, lp_b + d * K, cap, m_prev, ts, tsub, teq, NP, LOGKP)
                 n_gen = tl.sum(R, axis=0)
-                if n_gen <= N:
+                fits = n_gen <= N
+                if W > NP:  # too many: tighten tau exactly (_head_tau), count again, select in W lanes
+                    if n_gen > N:
+                        ts, tsub = _head_tau(A, score_ptr + prev, lp_b + d * K, m_prev, N, d * N, NP, LOGNP,
+                                             LOGKP)
+                        teq = tsub
+                        R = _survivor_ranks(score_ptr + prev, lp_b + d * K, cap, m_prev, ts, tsub, teq, NP,
+                                            LOGKP)
+                        n_gen = tl.sum(R, axis=0)
+                    fits = n_gen <= W
+                if fits:
                     done = 1 + done
                     n_new = n_gen
                     if n_gen > 0:
-                        own = own_ptr + b * NP
+                        own = own_ptr + b * W
                         start = tl.cumsum(R, axis=0) - R
                         tl.store(own + tl.where(R > 0, start, 0), (d << 26) | (start << 13) | offs_n,
                                  mask=R > 0)
@@ -963,8 +1007,19 @@ def _beam_prune_kernel(
                             A2 = _merge_generated(A, own, score_ptr + prev, lp_b + d * K, n_gen, d * N,
                                                   NP, S2, LOGNP, LOGKP)
                         else:
-                            A2 = _merge_generated(A, own, score_ptr + prev, lp_b + d * K, n_gen, d * N,
-                                                  NP, NP, LOGNP, LOGKP)
+                            if W == NP:
+                                A2 = _merge_generated(A, own, score_ptr + prev, lp_b + d * K, n_gen, d * N,
+                                                      NP, NP, LOGNP, LOGKP)
+                            else:
+                                if n_gen <= NP:
+                                    A2 = _merge_generated(A, own, score_ptr + prev, lp_b + d * K, n_gen,
+                                                          d * N, NP, NP, LOGNP, LOGKP)
+                                else:  # the N smallest of the W generated keys (a selection), merged
+                                    key, mg = _generated_keys(own, score_ptr + prev, lp_b + d * K, n_gen,
+                                                              d * N, W, LOGKP)
+                                    hi0 = tl.max(tl.where(mg, key >> 30, 0), axis=0)
+                                    top = _select_smallest(key, hi0, N, scr, NP, ROUNDS)
+                                    A2 = _merge_top(A, tl.flip(top, 0), NP, NP, LOGNP)
                         tl.debug_barrier()
             if done == 0:  # scan the candidate table: (i, r) packed as i * 2**LOGKP + r in int32
                 ci = tl.where(cm, tl.load(ci_ptr + offs_c, mask=cm, other=0).to(tl.int32), 2147483647)
@@ -973,7 +1028,7 @@ def _beam_prune_kernel(
                 ps = tl.load(score_ptr + prev + ci, mask=pv, other=float("-inf"))
                 cr = cs & ((1 << LOGKP) - 1)
                 sc = ps + _clean_lp(tl.load(lp_b + d * K + cr, mask=pv, other=float("-inf")))
-                alive = pv & ((sc > ts) | ((sc == ts) & (cs < tsub)))
+                alive = pv & ((sc > ts) | ((sc == ts) & ((cs < tsub) | (cs == teq))))
                 n_alive = tl.sum(alive.to(tl.int32), axis=0)
                 if n_alive > N:  # tau is loose (typically depth 1): tighten it, exactly, see _head_tau
                     ts, tsub = _head_tau(A, score_ptr + prev, lp_b + d * K, m_prev, N, d * N, NP, LOGNP,
@@ -1033,7 +1088,8 @@ def _beam_prune_kernel(
 
 
 def beam_prune_triton(lp: torch.Tensor, budget: int, ci: torch.Tensor, ck: torch.Tensor,
-                      tiers: tuple = (64, 256), wide: tuple | None = None, gen: bool = True):
+                      tiers: tuple = (64, 256), wide: tuple | None = None, gen: bool = True,
+                      gen_wide: int = 2):
     """Pruned beam: per depth only the candidates that can still be in the global top-N.
 
     lp: [bs, L, K] float32 log-probs (non-increasing along K); ci/ck: ``candidate_pairs``.
@@ -1054,9 +1110,13 @@ def beam_prune_triton(lp: torch.Tensor, budget: int, ci: torch.Tensor, ck: torch
     (``_head_tau``). gen (default True): find each depth's survivors per parent — with lp rows
     non-increasing, parent i's survivors are its ranks r < R_i, R_i by binary lifting over the
     lp row (``_survivor_ranks``) — and generate them in their sort tier (``_merge_generated``)
-    instead of testing every candidate-table entry; a depth with more than N survivors still
-    scans the table. Any choice gives the same outputs (the tests pass small ones to reach every
-    branch at small N). Raises ValueError when a tier or a wide factor is not a power of 2.
+    instead of testing every candidate-table entry. gen_wide (a power of 2, default 2; 1: off):
+    a depth with more than N generated survivors first tightens tau (``_head_tau``) and counts
+    again; if at most W = gen_wide * NP (<= 8192) survive, they are generated in W lanes and
+    their N smallest selected there; more (or gen_wide 1) scan the table and select among all of
+    its lanes. Any choice gives the same outputs (the tests pass small ones to reach every
+    branch at small N). Raises ValueError when a tier, a wide factor or gen_wide is not a power
+    of 2.
     """
     bs, L, K = lp.shape
     N = int(budget)
@@ -1078,7 +1138,12 @@ def beam_prune_triton(lp: torch.Tensor, budget: int, ci: torch.Tensor, ck: torch
     S3, S4 = min(min(w3, w4) * NP, CP), min(max(w3, w4) * NP, CP)
     ss = torch.empty((bs, S4), dtype=torch.float32, device=dev)
     su = torch.empty((bs, S4), dtype=torch.int32, device=dev)
-    own = torch.empty((bs, NP), dtype=torch.int32, device=dev)
+    gw = int(gen_wide)
+    if gw < 1 or gw & (gw - 1):
+        raise ValueError(f"gen_wide must be a power of 2, got {gen_wide}")
+    GEN = bool(gen) and L <= 31 and NP <= 8192
+    W = gw * NP if GEN and gw * NP <= 8192 else NP  # 13-bit block starts in own
+    own = torch.empty((bs, W), dtype=torch.int32, device=dev)
     t1, t2 = (int(t) for t in tiers)
     if min(t1, t2) < 1 or t1 & (t1 - 1) or t2 & (t2 - 1):
         raise ValueError(f"tiers must be two powers of 2, got {tiers}")
@@ -1092,7 +1157,7 @@ def beam_prune_triton(lp: torch.Tensor, budget: int, ci: torch.Tensor, ck: torch
             lp.contiguous(), ci, ck, score, valid.view(torch.int8), parent, rank, gtop, scr, ss, su, own,
             K, N, C, L=L, NP=NP, CP=CP, ROUNDS=15, S1=min(t1, NP), S2=min(t2, NP), S3=S3, S4=S4,
             LOGNP=NP.bit_length() - 1, LOGKP=KP.bit_length() - 1,
-            GEN=bool(gen) and L <= 31 and NP <= 8192, num_warps=nw,
+            GEN=GEN, W=W, num_warps=nw,
         )
     return score, valid, parent, rank, gtop
 
@@ -1101,21 +1166,31 @@ def beam_prune_triton(lp: torch.Tensor, budget: int, ci: torch.Tensor, ck: torch
 def _depth_slots(parent_ptr, rank_ptr, base, m, cnt, offs, NP: tl.constexpr):
     """Slots inside one depth of its first m beam entries (the selected nodes: a prefix of the
     beam): #(selected nodes of that depth with a smaller parent order) + rank, from per-parent
-    counts (cnt: NP int32 scratch of this program). Returns [NP] int64 slots, parents, ranks."""
+    counts (cnt: NP int32 scratch of this program). Returns [NP] int64 slots, parents, ranks and
+    whether the next slot holds a sibling (same parent)."""
     pm = offs < m
     par = tl.maximum(tl.load(parent_ptr + base + offs, mask=pm, other=0), 0)
     rk = tl.load(rank_ptr + base + offs, mask=pm, other=0)
+    c = _parent_counts(par, pm, cnt, offs, NP)
+    tl.store(cnt + offs, tl.cumsum(c, axis=0))  # inclusive: the end of each parent's block
+    tl.debug_barrier()
+    end = tl.load(cnt + par, mask=pm, other=0).to(tl.int64)
+    slot = tl.load(cnt + par - 1, mask=pm & (par > 0), other=0).to(tl.int64) + rk
+    tl.debug_barrier()
+    return slot, par, rk, slot + 1 < end
+
+
+@triton.jit
+def _parent_counts(par, pm, cnt, offs, NP: tl.constexpr):
+    """[NP] int32: how many of the lanes pm have parent order i, at lane i (atomics into the
+    NP int32 scratch cnt of this program)."""
     tl.store(cnt + offs, tl.zeros([NP], tl.int32))
     tl.debug_barrier()
     tl.atomic_add(cnt + par, tl.full([NP], 1, tl.int32), mask=pm)
     tl.debug_barrier()
     c = tl.load(cnt + offs)
     tl.debug_barrier()
-    tl.store(cnt + offs, tl.cumsum(c, axis=0) - c)
-    tl.debug_barrier()
-    slot = tl.load(cnt + par, mask=pm, other=0).to(tl.int64) + rk
-    tl.debug_barrier()
-    return slot, par, rk
+    return c
 
 
 @triton.jit
@@ -1135,11 +1210,15 @@ def _label_depth_kernel(
     val_ptr,  # [bs, N1] int8 out
     sco_ptr,  # [bs, N1] f32 out
     num_ptr,  # [bs] int64 out
+    ri_ptr,  # [bs, N1] int64 out (LINKS): retrieve_index
+    rnt_ptr,  # [bs, N1] int64 out (LINKS): retrieve_next_token (first child)
+    rns_ptr,  # [bs, N1] int64 out (LINKS): retrieve_next_sibling
     K,
     N,
     L: tl.constexpr,
     NP: tl.constexpr,
     N1P: tl.constexpr,
+    LINKS: tl.constexpr,
 ):
     b = tl.program_id(0).to(tl.int64)
     d = tl.program_id(1)
@@ -1161,17 +1240,21 @@ def _label_depth_kernel(
         tl.store(val_ptr + b * N1 + o1, (o1 == 0).to(tl.int8), mask=rest)
         tl.store(sco_ptr + b * N1 + o1, tl.where(o1 == 0, 0.0, float("-inf")), mask=rest)
         tl.store(num_ptr + b, total)
+        if LINKS:  # the root's first child is label 1 (rank 0 of depth 0) when the tree has one
+            tl.store(ri_ptr + b * N1 + o1, b * N1 + o1, mask=o1 < N1)
+            tl.store(rnt_ptr + b * N1 + o1, tl.where((o1 == 0) & (total > 0), 1, -1).to(tl.int64), mask=rest)
+            tl.store(rns_ptr + b * N1 + o1, tl.full([N1P], -1, tl.int64), mask=rest)
     if m_d > 0:
         cnt = cnt_ptr + (b * L + d) * NP
         off = 1 + tl.sum(((dd >= 0) & (dd < d)).to(tl.int64), axis=0)
         base = (b * L + d) * N
         pm = offs < m_d
-        slot, par, rk = _depth_slots(parent_ptr, rank_ptr, base, m_d, cnt, offs, NP)
+        slot, par, rk, sib = _depth_slots(parent_ptr, rank_ptr, base, m_d, cnt, offs, NP)
         lab = off + slot
         plab = tl.zeros([NP], tl.int64)
         if d > 0:  # the parents' labels: the slots of depth d-1, recounted here
             m_p = tl.sum((dd == d - 1).to(tl.int64), axis=0)
-            pslot, _, _ = _depth_slots(parent_ptr, rank_ptr, base - N, m_p, cnt, offs, NP)
+            pslot, _, _, _ = _depth_slots(parent_ptr, rank_ptr, base - N, m_p, cnt, offs, NP)
             sl = slot_ptr + (b * L + d) * NP
             tl.store(sl + offs, pslot, mask=offs < m_p)
             tl.debug_barrier()
@@ -1184,9 +1267,17 @@ def _label_depth_kernel(
         tl.store(dep_ptr + col, tl.full([NP], d + 1, tl.int64), mask=pm)
         tl.store(val_ptr + col, tl.full([NP], 1, tl.int8), mask=pm)
         tl.store(sco_ptr + col, scp, mask=pm)
+        if LINKS:  # next sibling: the next slot, inside the parent's block; first child: the
+            # children of beam entry i (lane i) at depth d + 1 start at their per-parent offset
+            tl.store(rns_ptr + col, tl.where(sib, lab + 1, -1), mask=pm)
+            m_n = tl.sum((dd == d + 1).to(tl.int64), axis=0)  # 0 at the last depth
+            cpar = tl.maximum(tl.load(parent_ptr + base + N + offs, mask=offs < m_n, other=0), 0)
+            ch = _parent_counts(cpar, offs < m_n, cnt, offs, NP)
+            first = off + m_d + tl.cumsum(ch, axis=0) - ch
+            tl.store(rnt_ptr + b * N1 + off + slot, tl.where(ch > 0, first, -1), mask=pm)
 
 
-def label_count_triton(gtop, nb, roots, ids, score, parent, rank, budget: int):
+def label_count_triton(gtop, nb, roots, ids, score, parent, rank, budget: int, links: bool = False):
     """Selection + labelling on the GPU: the first nb[b] keys of gtop become the tree of request
     b, a node's slot inside its depth = #(selected nodes of that depth with a smaller parent
     order) + its rank (per-parent counts; no sort). One program per (request, depth): a depth's
@@ -1196,7 +1287,11 @@ def label_count_triton(gtop, nb, roots, ids, score, parent, rank, budget: int):
     gtop [bs, N] int64 (ascending global keys from a beam kernel), nb [bs] per-request budgets,
     roots [bs] bonus tokens, ids [bs, L, K] int64 token ids, score / parent / rank [bs, L, N]
     (the beam). Returns tokens, parents, depths [bs, N + 1] int64, valid [bs, N + 1] bool,
-    scores [bs, N + 1] f32 and num_nodes [bs] int64 — the labelled tree of ``build_ddtree``."""
+    scores [bs, N + 1] f32 and num_nodes [bs] int64 — the labelled tree of ``build_ddtree``;
+    links=True appends retrieve_index, retrieve_next_token and retrieve_next_sibling [bs, N + 1]
+    int64 (``ddtree_tree.build_tree_arrays``'s), written by the same programs: a depth's next
+    siblings come from its own per-parent counts, its first children from those of the next
+    depth (one more count), so ``tree_arrays_triton``'s links launch is not needed."""
     bs, L, N = score.shape
     K = ids.shape[-1]
     dev = score.device
@@ -1210,14 +1305,16 @@ def label_count_triton(gtop, nb, roots, ids, score, parent, rank, budget: int):
     num = torch.empty((bs,), dtype=torch.int64, device=dev)
     slots = torch.empty((bs, L, NP), dtype=torch.int64, device=dev)
     cnt = torch.empty((bs, L, NP), dtype=torch.int32, device=dev)
+    ri, rnt, rns = (torch.empty_like(tokens) for _ in range(3)) if links else (tokens, tokens, tokens)
     if bs:
         _label_depth_kernel[(bs, L)](
             gtop, nb.to(torch.int64).contiguous(), roots.to(torch.int64).contiguous(),
             ids.contiguous(), score, parent, rank, slots, cnt, tokens, parents, depths,
-            valid.view(torch.int8), scores, num, K, N, L=L, NP=NP,
-            N1P=max(16, triton.next_power_of_2(N1)), num_warps=4 if NP <= 512 else 8,
+            valid.view(torch.int8), scores, num, ri, rnt, rns, K, N, L=L, NP=NP,
+            N1P=max(16, triton.next_power_of_2(N1)), LINKS=bool(links), num_warps=4 if NP <= 512 else 8,
         )
-    return tokens, parents, depths, valid, scores, num
+    out = (tokens, parents, depths, valid, scores, num)
+    return out + (ri, rnt, rns) if links else out
 
 
 # ----------------------------------------------------------------------------------------------

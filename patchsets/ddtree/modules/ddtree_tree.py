@@ -516,14 +516,14 @@ def build_ddtree_from_topk(
         raise ValueError(f"beam must be 'sort', 'select' or 'prune', got {beam!r}")
     if use_triton:
         from .ddtree_kernels import (beam_prune_triton, beam_select_triton, beam_triton,
-                                     label_count_triton, tree_arrays_triton)
+                                     label_count_triton, tree_mask_triton)
 
         ci, ck = candidate_pairs(N, K, dev)
         beam_fn = {"sort": beam_triton, "select": beam_select_triton, "prune": beam_prune_triton}[beam]
         score, bvalid, bparent, brank, gtop = beam_fn(lp, N, ci, ck)
-        tokens, parents, depths, valid, scores, num_nodes = label_count_triton(
-            gtop, nb, root_tokens, ids, score, bparent, brank, N)
-        ri, rnt, rns, tmask = tree_arrays_triton(parents, valid, L)
+        tokens, parents, depths, valid, scores, num_nodes, ri, rnt, rns = label_count_triton(
+            gtop, nb, root_tokens, ids, score, bparent, brank, N, links=True)
+        tmask = tree_mask_triton(parents, valid, L)
         return DDTree(tokens=tokens, parents=parents, depths=depths, valid=valid, scores=scores,
                       retrieve_index=ri, retrieve_next_token=rnt, retrieve_next_sibling=rns,
                       tree_mask=tmask, num_nodes=num_nodes, budget=N, topk=K, max_depth=L)
