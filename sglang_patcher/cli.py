@@ -1,6 +1,7 @@
 """The ``sglpatch`` command line: thin over the library (each command is a few library calls).
 
-One top-level handler turns every :class:`~sglang_patcher.errors.SglpatchError` into its message and
+``--json``, ``--debug`` and ``--hosts FILE`` are accepted before or after the subcommand. One
+top-level handler turns every :class:`~sglang_patcher.errors.SglpatchError` into its message and
 exit code (``--debug`` shows the traceback); Ctrl-C prints "Aborted" and exits 130. ``--json`` makes
 every command print one JSON document on stdout instead of tables.
 """
@@ -112,13 +113,41 @@ def _global_flags(argv: list[str]) -> set[str]:
     return flags
 
 
+def _hoist_hosts(args: list[str]) -> list[str]:
+    """Move ``--hosts FILE`` / ``--hosts=FILE`` given after the subcommand in front of it, where
+    the group option is parsed (``sglpatch status --host h --hosts other.yaml``). A ``--``
+    ends the options: nothing after it moves."""
+    lead = 0
+    while lead < len(args) and args[lead].startswith("-") and args[lead] != "--":
+        lead += 2 if args[lead] == "--hosts" else 1
+    lead = min(lead, len(args))
+    moved: list[str] = []
+    rest: list[str] = []
+    j = lead
+    while j < len(args):
+        a = args[j]
+        if a == "--":
+            rest += args[j:]
+            break
+        if a == "--hosts" and j + 1 < len(args):
+            moved += args[j : j + 2]
+            j += 2
+            continue
+        if a.startswith("--hosts="):
+            moved.append(a)
+        else:
+            rest.append(a)
+        j += 1
+    return args[:lead] + moved + rest
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point: run the CLI and map errors to exit codes (documented in README.md).
 
     With ``--json`` an error also prints one JSON document on stdout:
     ``{"ok": false, "error": ..., "hint": ..., "exit_code": ..., "type": ...}``.
     """
-    args = list(argv if argv is not None else sys.argv[1:])
+    args = _hoist_hosts(list(argv if argv is not None else sys.argv[1:]))
     # --json and --debug are accepted anywhere on the line (`sglpatch status --host h --json`)
     for flag in ("--json", "--debug"):
         if flag in args[1:] and flag not in _global_flags(args):

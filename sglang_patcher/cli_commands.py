@@ -54,7 +54,7 @@ def diff_cmd(app: AppContext, patchset: str, host_name: str | None, version: str
 
 @cli.command("apply")
 @click.argument("patchset")
-@click.option("--host", "host_name", required=True, help="Target host (from hosts.yaml).")
+@click.option("--host", "host_name", required=True, help="Target host (a name from the inventory, or sandbox).")
 @click.option("--dry-run", is_flag=True, help="Show the plan and the diff; change nothing.")
 @click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
 @click.option("--force", is_flag=True, help="Overwrite drifted files (their originals are backed up).")
@@ -80,7 +80,7 @@ def apply_cmd(app: AppContext, patchset: str, host_name: str, dry_run: bool, yes
 
 
 @cli.command("status")
-@click.option("--host", "host_name", required=True, help="Host (from hosts.yaml).")
+@click.option("--host", "host_name", required=True, help="Host (a name from the inventory, or sandbox).")
 @click.option("--patchset", default=None, help="Also classify files against this patchset.")
 @pass_app
 def status_cmd(app: AppContext, host_name: str, patchset: str | None) -> None:

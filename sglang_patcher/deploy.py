@@ -168,7 +168,7 @@ _HINTS = {
     "journal_pending": "run `sglpatch apply` again (it resumes or rolls back) or `sglpatch rollback`",
     "drift": "someone changed these files on the host; inspect them, or rerun with --force to overwrite",
     "no_space": "free disk space on the host and rerun",
-    "not_writable": "set `sudo: true` for this host in hosts.yaml, or fix the permissions",
+    "not_writable": "set `sudo: true` for this host in the inventory file, or fix the permissions",
     "not_regular": "replace the link with a regular file by hand, then rerun",
     "not_resumable": "roll the interrupted deployment back: `sglpatch rollback --host HOST`",
     "not_latest": "roll back the later deployments first (or pass the earliest id to --to)",

@@ -468,6 +468,19 @@ def test_json_flag_is_accepted_after_the_subcommand_and_usage_errors_are_json(ca
     assert data["ok"] is False and "--host" in data["error"]
 
 
+def test_hosts_option_is_accepted_after_the_subcommand(capsys, tmp_path, sglpatch_home, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # no ./hosts.yaml: only the named file can give the host
+    other = tmp_path / "other.yaml"
+    other.write_text("hosts:\n  box:\n    hostname: 127.0.0.1\n    python: /usr/bin/python3\n")
+    for args in (("hosts", "--hosts", str(other)), ("hosts", f"--hosts={other}"),
+                 ("--json", "hosts", "--hosts", str(other))):
+        code, out, err = run_cli(capsys, *args)
+        assert code == 0, (args, err)
+        assert "box" in out, args
+    code, _, err = run_cli(capsys, "hosts", "--hosts", str(tmp_path / "missing.yaml"))
+    assert code == 2 and "missing.yaml" in err and "before the" not in err
+
+
 def test_the_sandbox_not_built_yet_says_to_run_the_demo(capsys, tmp_path, sglpatch_home, monkeypatch):
     monkeypatch.chdir(tmp_path)  # no hosts.yaml here: `sandbox` is the embedded default target
     code, _, err = run_cli(capsys, "status", "--host", "sandbox")

@@ -67,7 +67,7 @@ def test_missing_interpreter_names_host_path_and_fix(sshd):
         discover(t, host)
     e = ei.value
     assert "gpu-x" in e.message and "/opt/nowhere/bin/python" in e.message and "does not exist" in e.message
-    assert "hosts.yaml" in e.hint and "python" in e.hint
+    assert "inventory file" in e.hint and "python" in e.hint
     assert e.exit_code == 6
 
 
