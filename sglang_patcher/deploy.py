@@ -1097,12 +1097,14 @@ def rollback_host(transport: Transport, host: Any, info: Any, deployment_id: str
     if deployment_id is None:
         if not active:
             raise StateError(f"{name}: no deployment to roll back (history: "
-                             f"{', '.join(d['id'] + ' ' + str(d.get('phase')) for d in order) or 'empty'})")
+                             f"{', '.join(d['id'] + ' ' + str(d.get('phase')) for d in order) or 'empty'})",
+                             hint=f"no sglpatch deployment is active on this host; `sglpatch status --host "
+                                  f"{name}` shows each file's state")
         todo = [active[-1]]
     else:
         if deployment_id not in records:
             raise StateError(f"{name}: no deployment {deployment_id} on this host",
-                             hint="`sglpatch status --host HOST` lists them")
+                             hint=f"`sglpatch status --host {name}` lists them")
         start = order.index(records[deployment_id])
         todo = [d for d in order[start:] if d.get("phase") in ACTIVE]
         first = records[deployment_id]

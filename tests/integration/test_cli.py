@@ -436,6 +436,25 @@ def test_damaged_host_records_are_one_clear_error(capsys, tmp_path, sglpatch_hom
     assert code == 10 and rec.name in data["error"], data
 
 
+def test_rollback_with_nothing_deployed_says_so_and_where_to_look(capsys, tmp_path, sglpatch_home,
+                                                                  local_target):
+    from sglang_patcher.inventory import Host
+
+    hosts = write_hosts(tmp_path / "hosts.yaml",
+                        Host(name="here", transport="local", python=str(local_target)))
+    spec = local_target.site_packages / "sglang" / "srt" / "speculative"
+
+    def live():
+        return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in spec.glob("*.py")}
+
+    before = live()
+    code, data, _ = run_json(capsys, "--hosts", str(hosts), "rollback", "--host", "here")
+    assert code == 10, data
+    assert "no deployment to roll back" in data["error"]
+    assert "sglpatch status --host here" in data["hint"]
+    assert live() == before  # nothing written
+
+
 def test_rollback_of_files_already_back_to_their_originals_is_not_drift(capsys, tmp_path, sglpatch_home,
                                                                        local_target):
     from sglang_patcher.inventory import Host
