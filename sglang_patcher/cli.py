@@ -69,6 +69,8 @@ class AppContext:
         terminal width when the result says ``uncropped``, as a full diff does)."""
         if self.as_json:
             data = obj.to_json() if hasattr(obj, "to_json") else obj
+            if isinstance(data, dict) and "ok" not in data:  # as the error documents say "ok": false
+                data = {"ok": True, **data}
             if isinstance(data, str):
                 click.echo(data)
             else:

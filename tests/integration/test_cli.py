@@ -486,6 +486,15 @@ def test_json_flag_is_accepted_after_the_subcommand_and_usage_errors_are_json(ca
     data = json.loads(out)
     assert data["ok"] is False and "--host" in data["error"]
 
+def test_json_success_documents_say_ok_true(capsys, tmp_path, sglpatch_home, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    other = tmp_path / "h.yaml"
+    other.write_text("hosts:\n  box:\n    hostname: 127.0.0.1\n    python: /usr/bin/python3\n")
+    code, out, _ = run_cli(capsys, "--json", "--hosts", str(other), "hosts")
+    assert code == 0
+    data = json.loads(out)
+    assert data["ok"] is True and [h["name"] for h in data["hosts"]] == ["box"]
+
 
 def test_hosts_option_is_accepted_after_the_subcommand(capsys, tmp_path, sglpatch_home, monkeypatch):
     monkeypatch.chdir(tmp_path)  # no ./hosts.yaml: only the named file can give the host
