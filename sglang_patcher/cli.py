@@ -33,7 +33,7 @@ class AppContext:
     as_json: bool
     debug: bool
     console: Console = field(default_factory=lambda: Console(highlight=False))
-    err: Console = field(default_factory=lambda: Console(stderr=True, highlight=False))
+    err: Console = field(default_factory=lambda: Console(stderr=True, highlight=False, soft_wrap=True))
     _inventory: Inventory | None = None
 
     def inventory(self, *, required: bool = True) -> Inventory | None:
@@ -161,7 +161,7 @@ def main(argv: list[str] | None = None) -> int:
             click.echo(json.dumps({"ok": False, "error": message, "hint": hint,
                                    "exit_code": code, "type": kind}))
     debug = "--debug" in flags
-    err = Console(stderr=True, highlight=False)
+    err = Console(stderr=True, highlight=False, soft_wrap=True)  # messages whole, never re-wrapped
     logging.getLogger("paramiko").addHandler(logging.NullHandler())
     if debug:
         logging.basicConfig(level=logging.DEBUG)

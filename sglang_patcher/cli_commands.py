@@ -9,6 +9,7 @@ import click
 from . import service
 from .cli import AppContext, cli, pass_app
 from .errors import ConfigError
+from .inventory import default_inventory_path
 
 
 @cli.command("hosts")
@@ -17,9 +18,13 @@ from .errors import ConfigError
 @click.option("--tag", default=None, help="Only hosts with this tag.")
 @pass_app
 def hosts_cmd(app: AppContext, check: bool, tag: str | None) -> None:
-    """List the inventory (hosts.yaml)."""
-    inv = app.inventory()
-    hosts = inv.with_tag(tag) if tag else [inv.get(n) for n in inv.names()]
+    """List the inventory (hosts.yaml; without one, the embedded sandbox alone)."""
+    if app.hosts_file is None and not default_inventory_path().exists():
+        from .sandbox import sandbox_host  # no inventory at all: the one host that needs none
+        hosts = [h for h in [sandbox_host()] if not tag or tag in h.tags]
+    else:  # a file that exists is read, and any problem in it reported
+        inv = app.inventory()
+        hosts = inv.with_tag(tag) if tag else [inv.get(n) for n in inv.names()]
     if not check:
         app.result(service.InventoryListing(hosts))
         return

@@ -183,6 +183,9 @@ def load_inventory(path: str | os.PathLike[str] | None = None) -> Inventory:
     p = Path(path) if path is not None else default_inventory_path()
     try:
         raw = p.read_bytes()
+    except IsADirectoryError as exc:
+        raise InventoryError(f"{p.absolute()}: is a directory, not an inventory file",
+                             hint="pass the YAML file itself, e.g. --hosts DIR/hosts.yaml") from exc
     except OSError as exc:
         raise InventoryError(
             f"{p.absolute()}: cannot read the inventory ({exc.strerror or exc})",

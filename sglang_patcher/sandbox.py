@@ -92,4 +92,4 @@ def ensure_sandbox(version: str = DEFAULT_SGLANG, home: Path | None = None, *,
 
 def sandbox_host(version: str = DEFAULT_SGLANG, home: Path | None = None) -> Host:
     """The inventory entry of the sandbox target (transport ``local``)."""
-    return Host(name=SANDBOX_HOST, transport="local", python=str(sandbox_python(version, home)))
+    return Host(name=SANDBOX_HOST, transport="local", python=str(sandbox_python(version, home)), tags=["sandbox"])

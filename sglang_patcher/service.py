@@ -331,8 +331,9 @@ def apply_patchset(name: str, host: Host, *, dry_run: bool = False, force: bool 
         ps.target(version)
         log(f"{host.name}: sglang {version} at {info.package_dir}")
         snap = mirror.snapshot(transport, host, info, home=home)
+        gone = f", {len(snap.deleted)} gone on the host removed" if snap.deleted else ""
         log(f"{host.name}: mirror refreshed ({len(snap.fetched)} changed file(s) fetched, "
-            f"{snap.unchanged} unchanged)")
+            f"{snap.unchanged} unchanged{gone})")
         return deploy.apply_to_host(transport, host, info, ps, pristine=snap.mirror,
                                     dry_run=dry_run, force=force, break_lock=break_lock,
                                     confirm=confirm, progress=_progress(log), home=home)

@@ -509,6 +509,19 @@ def test_hosts_option_is_accepted_after_the_subcommand(capsys, tmp_path, sglpatc
     assert code == 2 and "missing.yaml" in err and "before the" not in err
 
 
+def test_hosts_without_an_inventory_lists_the_sandbox_and_a_directory_is_named(capsys, tmp_path,
+                                                                              sglpatch_home, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("SGLPATCH_HOSTS", raising=False)
+    code, data, _ = run_json(capsys, "hosts")
+    assert code == 0 and [h["name"] for h in data["hosts"]] == ["sandbox"], data
+    code, data, _ = run_json(capsys, "--hosts", str(tmp_path), "hosts")
+    assert code == 2 and "is a directory" in data["error"], data
+    (tmp_path / "hosts.yaml").write_text("hosts: [\n")  # a broken file is reported, not skipped
+    code, data, _ = run_json(capsys, "hosts")
+    assert code == 2 and "not valid YAML" in data["error"], data
+
+
 def test_the_sandbox_not_built_yet_says_to_run_the_demo(capsys, tmp_path, sglpatch_home, monkeypatch):
     monkeypatch.chdir(tmp_path)  # no hosts.yaml here: `sandbox` is the embedded default target
     code, _, err = run_cli(capsys, "status", "--host", "sandbox")
