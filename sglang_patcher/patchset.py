@@ -37,6 +37,7 @@ those two mappings in ``patchset.yaml`` (comments and the rest of the file are k
 
 from __future__ import annotations
 
+import difflib
 import importlib.util
 import json
 import os
@@ -464,13 +465,17 @@ def load_patchset(name_or_path: str | os.PathLike, *, search: list[Path] | None 
         ps = _load_dir(root, origin=str(root))
     else:
         if not _NAME.match(text):
-            raise PatchsetError(f"{text!r} is not a patchset name")
+            raise PatchsetError(f"{text!r} is not a patchset name",
+                                hint="give NAME, NAME@REVISION (a number, e.g. ddtree@2) or a patchset "
+                                     "directory")
         dirs = search if search is not None else default_search_path()
         found = available_patchsets(dirs)
         if text not in found:
             names = ", ".join(sorted(found)) or "(none)"
+            close = difflib.get_close_matches(text, sorted(found), n=1)
             raise PatchsetError(f"unknown patchset {text!r}; available: {names}",
-                                hint="searched " + ", ".join(str(d) for d in dirs))
+                                hint=(f"did you mean {close[0]!r}? " if close else "")
+                                + "searched " + ", ".join(str(d) for d in dirs))
         ps = _load_dir(found[text], origin=text)
         if ps.name != text:
             raise ConfigError(f"{ps.yaml_path}: name is {ps.name!r} but the directory is {text!r}",

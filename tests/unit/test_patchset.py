@@ -86,6 +86,12 @@ def test_unknown_patchset_lists_available(tmp_path):
         load_patchset("nope", search=[tmp_path])
     assert "unknown patchset 'nope'" in str(exc.value) and "demo, other" in str(exc.value)
     assert set(available_patchsets([tmp_path])) == {"demo", "other"}
+    with pytest.raises(PatchsetError) as exc:
+        load_patchset("demoo", search=[tmp_path])
+    assert "did you mean 'demo'?" in exc.value.hint
+    with pytest.raises(PatchsetError) as exc:
+        load_patchset("demo@x", search=[tmp_path])
+    assert "is not a patchset name" in str(exc.value) and "NAME@REVISION" in exc.value.hint
 
 
 def test_name_is_looked_up_in_cwd_patchsets(tmp_path, monkeypatch):
