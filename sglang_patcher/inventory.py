@@ -189,7 +189,8 @@ def load_inventory(path: str | os.PathLike[str] | None = None) -> Inventory:
     except OSError as exc:
         raise InventoryError(
             f"{p.absolute()}: cannot read the inventory ({exc.strerror or exc})",
-            hint=f"create it (see the repository's hosts.yaml), pass --hosts FILE or point ${HOSTS_ENV} at one") from exc
+            hint=f"create it (see the repository's hosts.yaml), pass --hosts FILE or point "
+                 f"${HOSTS_ENV} at one") from exc
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:

@@ -180,6 +180,10 @@ class SnapshotResult:
     def files(self) -> int:
         return len(self.mirror.manifest.files)
 
+    def counts(self) -> str:
+        """'N fetched, M unchanged, K deleted': what this snapshot did to the mirror's files."""
+        return f"{len(self.fetched)} fetched, {self.unchanged} unchanged, {len(self.deleted)} deleted"
+
     def to_dict(self) -> dict[str, Any]:
         return {"host": self.mirror.host, "sglang_version": self.mirror.version,
                 "mirror": str(self.mirror.root), "files": self.files,

@@ -175,8 +175,7 @@ class SnapshotReport:
         t.add_column("")
         t.add_row("sglang", f"{self.info.sglang_version} at {self.info.package_dir}")
         t.add_row("mirror", str(r.mirror.root))
-        t.add_row("files", f"{r.files} ({len(r.fetched)} fetched, {r.unchanged} unchanged, "
-                  f"{len(r.deleted)} deleted)")
+        t.add_row("files", f"{r.files} ({r.counts()})")
         t.add_row("transferred", _human_bytes(r.bytes_fetched))
         t.add_row("round trips", str(r.round_trips))
         t.add_row("seconds", f"{r.seconds:.2f}")
@@ -331,9 +330,7 @@ def apply_patchset(name: str, host: Host, *, dry_run: bool = False, force: bool 
         ps.target(version)
         log(f"{host.name}: sglang {version} at {info.package_dir}")
         snap = mirror.snapshot(transport, host, info, home=home)
-        gone = f", {len(snap.deleted)} gone on the host removed" if snap.deleted else ""
-        log(f"{host.name}: mirror refreshed ({len(snap.fetched)} changed file(s) fetched, "
-            f"{snap.unchanged} unchanged{gone})")
+        log(f"{host.name}: mirror refreshed ({snap.counts()})")
         return deploy.apply_to_host(transport, host, info, ps, pristine=snap.mirror,
                                     dry_run=dry_run, force=force, break_lock=break_lock,
                                     confirm=confirm, progress=_progress(log), home=home)

@@ -1007,7 +1007,7 @@ def _beam_prune_kernel(
                             A2 = _merge_generated(A, own, score_ptr + prev, lp_b + d * K, n_gen, d * N,
                                                   NP, S2, LOGNP, LOGKP)
                         else:
-                            if W == NP:
+                            if W == NP:  # n_gen <= N here: the selection is not compiled in
                                 A2 = _merge_generated(A, own, score_ptr + prev, lp_b + d * K, n_gen, d * N,
                                                       NP, NP, LOGNP, LOGKP)
                             else:
@@ -1274,7 +1274,7 @@ def _label_depth_kernel(
             cpar = tl.maximum(tl.load(parent_ptr + base + N + offs, mask=offs < m_n, other=0), 0)
             ch = _parent_counts(cpar, offs < m_n, cnt, offs, NP)
             first = off + m_d + tl.cumsum(ch, axis=0) - ch
-            tl.store(rnt_ptr + b * N1 + off + slot, tl.where(ch > 0, first, -1), mask=pm)
+            tl.store(rnt_ptr + col, tl.where(ch > 0, first, -1), mask=pm)
 
 
 def label_count_triton(gtop, nb, roots, ids, score, parent, rank, budget: int, links: bool = False):
