@@ -144,8 +144,8 @@ def test_select_beam_and_radix_prep_property(seed, L, V, N, kf, ties):
        N=st.integers(1, 64), kf=st.floats(0.05, 1.0), kind=st.sampled_from(KINDS),
        tiers=st.sampled_from([(64, 256), (1, 2), (2, 8), (4, 16), (16, 4)]),
        wide=st.sampled_from([None, (2, 4), (1, 1), (1, 2), (2, 2)]), gen=st.booleans(),
-       gen_wide=st.sampled_from([1, 2, 4]))
-def test_pruned_beam_property(seed, L, V, N, kf, kind, tiers, wide, gen, gen_wide):
+       gen_wide=st.sampled_from([1, 2, 4]), bound=st.booleans())
+def test_pruned_beam_property(seed, L, V, N, kf, kind, tiers, wide, gen, gen_wide, bound):
     """Property: the pruned beam (the heap's early stop) equals the sorting beam on every
     surviving entry and builds the identical tree — flat, peaked (deep trees) and tied logits,
     per-request budgets, K <= N; small sort tiers put a depth's survivors through every tier
@@ -155,7 +155,8 @@ def test_pruned_beam_property(seed, L, V, N, kf, kind, tiers, wide, gen, gen_wid
     reached at N <= 64: in 50 random cases 132 generated merges, 164 scanned ones, 47
     selections); gen_wide 2 / 4 tightens tau when more than N are generated and selects among
     up to 2 / 4 NP generated lanes (in 30 random cases: 194 generated key sets, 25 of them
-    selected, 92 head bounds, 23 scanned merges after tightening)."""
+    selected, 92 head bounds, 23 scanned merges after tightening); bound=True starts tau at the
+    chain bound, which may shorten a depth's beam but never changes gtop or the tree."""
     from patchsets.ddtree.modules.ddtree_tree import build_ddtree_from_topk, candidate_pairs, draft_topk
 
     K = max(1, int(N * kf))
@@ -164,8 +165,8 @@ def test_pruned_beam_property(seed, L, V, N, kf, kind, tiers, wide, gen, gen_wid
     ci, ck = candidate_pairs(N, lp.shape[-1], "cpu")
     full = KR.beam_triton(lp, N, ci, ck)
     assert_prune_beam_matches(full, KR.beam_prune_triton(lp, N, ci, ck, tiers=tiers, wide=wide, gen=gen,
-                                                         gen_wide=gen_wide))
-    if (tiers, wide, gen, gen_wide) != ((64, 256), None, True, 2):
+                                                         gen_wide=gen_wide, bound=bound))
+    if (tiers, wide, gen, gen_wide, bound) != ((64, 256), None, True, 2, True):
         assert_prune_beam_matches(full, KR.beam_prune_triton(lp, N, ci, ck))
     rb = torch.tensor([N, max(0, N // 2), 1])
     roots = torch.tensor([4, 5, 6])
