@@ -139,6 +139,37 @@ def test_select_beam_and_radix_prep_property(seed, L, V, N, kf, ties):
     assert_prune_beam_matches(full, KR.beam_prune_triton(lp_r, N, ci, ck))
 
 
+@pytest.mark.parametrize("dead", [False, True])
+def test_chain_bound_prunes_without_changing_the_tree(dead):
+    """The chain bound is live (on peaked logits the depth-2 beams get shorter) and exact: the
+    beams stay prefixes of the sorting beam, gtop and the tree are unchanged; also with a dead
+    depth (a row of -inf lp: nothing deeper) and -inf tails (fewer than K finite tokens)."""
+    from patchsets.ddtree.modules.ddtree_tree import build_ddtree_from_topk, candidate_pairs, draft_topk
+
+    N = 64
+    x = draft_logits(0, 2, 8, 300, kind="peaked")
+    lp, ids, _ = draft_topk(x, N, use_triton=False)
+    if dead:
+        lp[0, 4] = float("-inf")
+        lp[1, 1:, 40:] = float("-inf")
+    ci, ck = candidate_pairs(N, N, "cpu")
+    off = KR.beam_prune_triton(lp, N, ci, ck, bound=False)
+    on = KR.beam_prune_triton(lp, N, ci, ck, bound=True)
+    full = KR.beam_triton(lp, N, ci, ck)
+    assert_prune_beam_matches(full, off)
+    assert_prune_beam_matches(full, on)
+    assert torch.equal(off[4], on[4])
+    m_off, m_on = off[1].sum(-1), on[1].sum(-1)  # [bs, L] beam lengths
+    assert bool((m_on <= m_off).all())
+    assert bool((m_on[:, 1] < m_off[:, 1]).all()), (m_off.tolist(), m_on.tolist())
+    if dead:
+        assert int(m_on[0, 4:].sum()) == 0
+    want = build_ddtree_from_topk(lp, ids, torch.tensor([1, 2]), N, use_triton=True, beam="sort")
+    got = build_ddtree_from_topk(lp, ids, torch.tensor([1, 2]), N, use_triton=True, beam="prune")
+    for f in ("tokens", "parents", "depths", "valid", "scores", "num_nodes", "tree_mask"):
+        assert torch.equal(getattr(got, f), getattr(want, f)), f
+
+
 @settings(max_examples=10, deadline=None, suppress_health_check=list(HealthCheck))
 @given(seed=st.integers(0, 2**31 - 1), L=st.integers(1, 8), V=st.integers(2, 200),
        N=st.integers(1, 64), kf=st.floats(0.05, 1.0), kind=st.sampled_from(KINDS),
