@@ -63,6 +63,9 @@ def main():
     ap.add_argument("--preps", default="radix,bound", help=f"Triton prep variants timed, from {PREPS}")
     ap.add_argument("--no-torch-path", action="store_true",
                     help="skip timing the all-torch path (recorded in bench/RESULTS.md)")
+    ap.add_argument("--bounds", default="",
+                    help="also time the pruned beam with these score bounds (none,chain,tight; "
+                         "the default 'chain' is the beam_prune column), side by side")
     a = ap.parse_args()
     dev = "cuda"
     L, V = a.depth, a.vocab
@@ -112,6 +115,12 @@ def main():
             beam = g(lambda: beam_triton(lp, N, ci, ck))
             beam_sel = g(lambda: beam_select_triton(lp, N, ci, ck))
             beam_prune = g(lambda: beam_prune_triton(lp, N, ci, ck))
+            gt = beam_prune_triton(lp, N, ci, ck)[4]
+            bounds = {}
+            for bd in [v for v in a.bounds.split(",") if v]:
+                if not torch.equal(beam_prune_triton(lp, N, ci, ck, bound=bd)[4], gt):
+                    raise SystemExit(f"bound={bd}: gtop differs from the default beam's (kind={kind} bs={bs} N={N})")
+                bounds[bd] = g(lambda: beam_prune_triton(lp, N, ci, ck, bound=bd))  # noqa: B023
             tree = build_ddtree(x, roots, N, N)
             depth_hist = torch.bincount(tree.depths[tree.valid & (tree.depths > 0)].flatten(),
                                         minlength=L + 1)[1:].tolist()
@@ -145,6 +154,7 @@ def main():
                              lse_row_kernel_us=lse_only, tie_fix_row_kernel_us=tie_only,
                              chunked_prep_kernels_us=chunked_kernels,
                              beam_kernel_us=beam, beam_select_us=beam_sel, beam_prune_us=beam_prune,
+                             beam_prune_bound_us=bounds,
                              label_count_us=lab_cnt,
                              tree_mask_us=arrays, gpu_graph_torch_path_us=torch_arrays,
                              custom_mask_triton_us=mask_tri, custom_mask_torch_us=mask_tor))
@@ -153,7 +163,9 @@ def main():
                   f"{vtxt} cpu_heap={cpu:11.1f}us x{cpu / full:7.1f} depth<={max_depth} | prep row={prep:.1f} "
                   f"chunked={prep_chunked:.1f} radix={prep_radix:.1f} bound={prep_bound:.1f} topk={topk_only:.1f} lse_k={lse_only:.1f} "
                   f"tie_k={tie_only:.1f} chunked_k={chunked_kernels:.1f} | beam sort={beam:.1f} "
-                  f"select={beam_sel:.1f} prune={beam_prune:.1f} label+links={lab_cnt:.1f} tree_mask={arrays:.1f} "
+                  f"select={beam_sel:.1f} prune={beam_prune:.1f} "
+                  + "".join(f"prune[{k}]={v:.1f} " for k, v in bounds.items())
+                  + f"label+links={lab_cnt:.1f} tree_mask={arrays:.1f} "
                   f"all_torch={torch_arrays:.1f} mask1024 tri={mask_tri:.1f} torch={mask_tor:.1f}", flush=True)
     meta = dict(date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
                 device=torch.cuda.get_device_name(), torch=torch.__version__, L=L, V=V,

@@ -119,7 +119,9 @@ def test_triton_paths_equal_torch(N):
     assert_prune_beam_matches(full, KR.beam_prune_triton(lp, N, ci, ck))
     xp = logits(N + 7, bs, L, V, torch.bfloat16, "peaked").to(DEV)
     lpp, _, _ = draft_topk(xp, N, use_triton=True)
-    assert_prune_beam_matches(KR.beam_triton(lpp, N, ci, ck), KR.beam_prune_triton(lpp, N, ci, ck))
+    full_p = KR.beam_triton(lpp, N, ci, ck)
+    for bound in ("none", "chain", "tight"):  # every score bound: same gtop, beams still prefixes
+        assert_prune_beam_matches(full_p, KR.beam_prune_triton(lpp, N, ci, ck, bound=bound))
     ts = build_ddtree(x, torch.arange(bs, device=DEV), N, N, request_budget=rb, use_triton=True,
                       beam="select")
     t = build_ddtree(x, torch.arange(bs, device=DEV), N, N, request_budget=rb, use_triton=True)

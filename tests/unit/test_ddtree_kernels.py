@@ -139,11 +139,13 @@ def test_select_beam_and_radix_prep_property(seed, L, V, N, kf, ties):
     assert_prune_beam_matches(full, KR.beam_prune_triton(lp_r, N, ci, ck))
 
 
+@pytest.mark.parametrize("bound", ["chain", "tight"])
 @pytest.mark.parametrize("dead", [False, True])
-def test_chain_bound_prunes_without_changing_the_tree(dead):
-    """The chain bound is live (on peaked logits the depth-2 beams get shorter) and exact: the
-    beams stay prefixes of the sorting beam, gtop and the tree are unchanged; also with a dead
-    depth (a row of -inf lp: nothing deeper) and -inf tails (fewer than K finite tokens)."""
+def test_score_bound_prunes_without_changing_the_tree(dead, bound):
+    """The chain and tight bounds are live (on peaked logits the depth-2 beams get shorter) and
+    exact: the beams stay prefixes of the sorting beam, gtop and the tree are unchanged; also
+    with a dead depth (a row of -inf lp: nothing deeper) and -inf tails (fewer than K finite
+    tokens)."""
     from patchsets.ddtree.modules.ddtree_tree import build_ddtree_from_topk, candidate_pairs, draft_topk
 
     N = 64
@@ -153,8 +155,8 @@ def test_chain_bound_prunes_without_changing_the_tree(dead):
         lp[0, 4] = float("-inf")
         lp[1, 1:, 40:] = float("-inf")
     ci, ck = candidate_pairs(N, N, "cpu")
-    off = KR.beam_prune_triton(lp, N, ci, ck, bound=False)
-    on = KR.beam_prune_triton(lp, N, ci, ck, bound=True)
+    off = KR.beam_prune_triton(lp, N, ci, ck, bound="none")
+    on = KR.beam_prune_triton(lp, N, ci, ck, bound=bound, tight_programs=16)
     full = KR.beam_triton(lp, N, ci, ck)
     assert_prune_beam_matches(full, off)
     assert_prune_beam_matches(full, on)
@@ -170,12 +172,46 @@ def test_chain_bound_prunes_without_changing_the_tree(dead):
         assert torch.equal(getattr(got, f), getattr(want, f)), f
 
 
+def _prefixes_scoring_at_least(lp: torch.Tensor, t: float) -> int:
+    """How many prefixes of one request's lp [L, K] score >= t (float32 sums in depth order)."""
+    front, total = torch.zeros(1), 0
+    for d in range(lp.shape[0]):
+        child = (front[:, None] + lp[d][None, :]).flatten()
+        front = child[child >= t]
+        total += front.numel()
+    return total
+
+
+@pytest.mark.parametrize("kind", ["peaked", "ties"])
+def test_tight_bound_thresholds_are_proven(kind):
+    """Every threshold ``tight_bound_triton`` reports has at least N prefixes scoring >= it (so
+    it bounds the tree's N-th score), every one it rejects (j > 0) has fewer, and the best one
+    is no looser than the chain bound's t_0."""
+    from patchsets.ddtree.modules.ddtree_reference import build_tree_reference_from_topk
+    from patchsets.ddtree.modules.ddtree_tree import draft_topk
+
+    N = 48
+    x = draft_logits(3, 2, 6, 120, kind=kind)
+    lp, ids, _ = draft_topk(x, N, use_triton=False)
+    tval = KR.tight_bound_triton(lp, N, programs=8)
+    assert tval.shape == (2, 8)
+    for b in range(2):
+        tree = build_tree_reference_from_topk(lp[b], ids[b], N)
+        nth = float(tree.scores.min())  # the tree's N-th score
+        assert torch.isfinite(tval[b, 0])
+        for j in range(8):
+            t = float(tval[b, j])
+            if t > float("-inf"):
+                assert _prefixes_scoring_at_least(lp[b], t) >= N and t <= nth
+        assert float(tval[b].max()) >= float(tval[b, 0])
+
+
 @settings(max_examples=10, deadline=None, suppress_health_check=list(HealthCheck))
 @given(seed=st.integers(0, 2**31 - 1), L=st.integers(1, 8), V=st.integers(2, 200),
        N=st.integers(1, 64), kf=st.floats(0.05, 1.0), kind=st.sampled_from(KINDS),
        tiers=st.sampled_from([(64, 256), (1, 2), (2, 8), (4, 16), (16, 4)]),
        wide=st.sampled_from([None, (2, 4), (1, 1), (1, 2), (2, 2)]), gen=st.booleans(),
-       gen_wide=st.sampled_from([1, 2, 4]), bound=st.booleans())
+       gen_wide=st.sampled_from([1, 2, 4]), bound=st.sampled_from(["none", "chain", "tight"]))
 def test_pruned_beam_property(seed, L, V, N, kf, kind, tiers, wide, gen, gen_wide, bound):
     """Property: the pruned beam (the heap's early stop) equals the sorting beam on every
     surviving entry and builds the identical tree — flat, peaked (deep trees) and tied logits,
@@ -186,8 +222,8 @@ def test_pruned_beam_property(seed, L, V, N, kf, kind, tiers, wide, gen, gen_wid
     reached at N <= 64: in 50 random cases 132 generated merges, 164 scanned ones, 47
     selections); gen_wide 2 / 4 tightens tau when more than N are generated and selects among
     up to 2 / 4 NP generated lanes (in 30 random cases: 194 generated key sets, 25 of them
-    selected, 92 head bounds, 23 scanned merges after tightening); bound=True starts tau at the
-    chain bound, which may shorten a depth's beam but never changes gtop or the tree."""
+    selected, 92 head bounds, 23 scanned merges after tightening); bound "chain" / "tight" starts
+    tau at a score bound, which may shorten a depth's beam but never changes gtop or the tree."""
     from patchsets.ddtree.modules.ddtree_tree import build_ddtree_from_topk, candidate_pairs, draft_topk
 
     K = max(1, int(N * kf))
@@ -196,8 +232,8 @@ def test_pruned_beam_property(seed, L, V, N, kf, kind, tiers, wide, gen, gen_wid
     ci, ck = candidate_pairs(N, lp.shape[-1], "cpu")
     full = KR.beam_triton(lp, N, ci, ck)
     assert_prune_beam_matches(full, KR.beam_prune_triton(lp, N, ci, ck, tiers=tiers, wide=wide, gen=gen,
-                                                         gen_wide=gen_wide, bound=bound))
-    if (tiers, wide, gen, gen_wide, bound) != ((64, 256), None, True, 2, True):
+                                                         gen_wide=gen_wide, bound=bound, tight_programs=8))
+    if (tiers, wide, gen, gen_wide, bound) != ((64, 256), None, True, 2, "chain"):
         assert_prune_beam_matches(full, KR.beam_prune_triton(lp, N, ci, ck))
     rb = torch.tensor([N, max(0, N // 2), 1])
     roots = torch.tensor([4, 5, 6])
