@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import sys
 import traceback
 from dataclasses import dataclass, field
@@ -118,7 +119,8 @@ def _global_flags(argv: list[str]) -> set[str]:
 def _hoist_hosts(args: list[str]) -> list[str]:
     """Move ``--hosts FILE`` / ``--hosts=FILE`` given after the subcommand in front of it, where
     the group option is parsed (``sglpatch status --host h --hosts other.yaml``). A ``--``
-    ends the options: nothing after it moves."""
+    ends the options: nothing after it moves. Raises click.UsageError for a ``--hosts`` with
+    no file after it."""
     lead = 0
     while lead < len(args) and args[lead].startswith("-") and args[lead] != "--":
         lead += 2 if args[lead] == "--hosts" else 1
@@ -131,7 +133,10 @@ def _hoist_hosts(args: list[str]) -> list[str]:
         if a == "--":
             rest += args[j:]
             break
-        if a == "--hosts" and j + 1 < len(args):
+        if a == "--hosts":
+            if j + 1 >= len(args):
+                raise click.UsageError("Option '--hosts' requires an argument: the inventory file "
+                                       "(sglpatch --hosts FILE COMMAND ...)")
             moved += args[j : j + 2]
             j += 2
             continue
@@ -143,13 +148,27 @@ def _hoist_hosts(args: list[str]) -> list[str]:
     return args[:lead] + moved + rest
 
 
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null so that the interpreter's last flush of output that could not
+    be written (a closed pipe, a full disk) does not print a second error."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point: run the CLI and map errors to exit codes (documented in README.md).
 
     With ``--json`` an error also prints one JSON document on stdout:
     ``{"ok": false, "error": ..., "hint": ..., "exit_code": ..., "type": ...}``.
     """
-    args = _hoist_hosts(list(argv if argv is not None else sys.argv[1:]))
+    raw = list(argv if argv is not None else sys.argv[1:])
+    try:
+        args, usage_error = _hoist_hosts(raw), None
+    except click.UsageError as exc:
+        args, usage_error = raw, exc
     # --json and --debug are accepted anywhere on the line (`sglpatch status --host h --json`)
     for flag in ("--json", "--debug"):
         if flag in args[1:] and flag not in _global_flags(args):
@@ -166,6 +185,8 @@ def main(argv: list[str] | None = None) -> int:
     if debug:
         logging.basicConfig(level=logging.DEBUG)
     try:
+        if usage_error is not None:
+            raise usage_error
         rv = cli.main(args=args, prog_name="sglpatch", standalone_mode=False)
         return rv if isinstance(rv, int) else 0
     except SglpatchError as exc:
@@ -176,6 +197,23 @@ def main(argv: list[str] | None = None) -> int:
             err.print(f"  hint: {exc.hint}", markup=False)
         json_error(exc.message, exc.exit_code, exc.hint, type(exc).__name__)
         return exc.exit_code
+    except BrokenPipeError:  # the reader went away (`| head`): nothing more to say to it
+        _silence_stdout()
+        return 1
+    except OSError as exc:  # a local file or stdout: no traceback, say which and what to do
+        if debug:
+            traceback.print_exc()
+        where = f": {exc.filename}" if exc.filename else ""
+        err.print(Text.assemble(("error: ", "bold red"), f"{exc.strerror or exc}{where}"))
+        err.print("  hint: sglpatch could not read or write a local file or its output; check the "
+                  "path, its permissions and free space (local state: $SGLPATCH_HOME); --debug "
+                  "shows the traceback", markup=False)
+        try:
+            json_error(f"{exc.strerror or exc}{where}", 1, None, type(exc).__name__)
+        except OSError:
+            pass  # stdout itself is what failed
+        _silence_stdout()
+        return 1
     except (click.exceptions.Abort, KeyboardInterrupt):
         hint = ("if a deployment was running, the host holds its journal: `sglpatch status --host "
                 "HOST` shows it, and the next `apply` or `rollback` finishes or undoes it")

@@ -10,14 +10,28 @@ import os
 import re
 from pathlib import Path
 
+from .errors import ConfigError
+
 _SAFE = re.compile(r"[^A-Za-z0-9._-]")
 
 
 def sglpatch_home() -> Path:
-    """The local state directory (not created here)."""
+    """The local state directory (not created here).
+
+    Raises ConfigError when ``$SGLPATCH_HOME`` is a relative path (it would move with the
+    current directory) or names something that exists and is not a directory."""
     env = os.environ.get("SGLPATCH_HOME")
     if env:
-        return Path(env).expanduser()
+        home = Path(env).expanduser()
+        if not home.is_absolute():
+            raise ConfigError(f"SGLPATCH_HOME must be an absolute path, got {env!r}",
+                              hint=f"export SGLPATCH_HOME={Path.cwd() / home}  (or unset it for "
+                                   "~/.local/share/sglpatch)")
+        if home.exists() and not home.is_dir():
+            raise ConfigError(f"SGLPATCH_HOME={env} is not a directory",
+                              hint="point SGLPATCH_HOME at a directory (it is created if missing), "
+                                   "or unset it")
+        return home
     xdg = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
     return Path(xdg) / "sglpatch"
 

@@ -533,3 +533,41 @@ def test_patchset_refresh_refuses_an_unsupported_release_before_any_download(cap
     code, _, err = run_cli(capsys, "patchset", "refresh", "ddtree", "--sglang", "0.5.22")
     assert code == 3 and "0.5.22" in err and VERSION in err
     assert not any((sglpatch_home / "wheels").rglob("sglang-0.5.22*")), "nothing downloaded"
+
+
+@pytest.mark.parametrize("args", [("hosts", "--hosts"), ("status", "--host", "sandbox", "--hosts")])
+def test_hosts_option_without_a_file_says_it_needs_one(capsys, sglpatch_home, args):
+    code, out, err = run_cli(capsys, *args)
+    assert code == 2
+    assert "'--hosts' requires an argument: the inventory file" in err
+    assert "No such option" not in err and "Did you mean" not in err
+
+
+@pytest.mark.parametrize("value,says", [("relhome", "must be an absolute path"), ("FILE", "is not a directory")])
+def test_an_unusable_sglpatch_home_is_one_clear_error(capsys, tmp_path, monkeypatch, value, says):
+    if value == "FILE":
+        value = str(tmp_path / "a-file")
+        Path(value).write_text("not a directory\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("SGLPATCH_HOME", value)
+    code, out, err = run_cli(capsys, "diff", "ddtree", "--sglang", "0.5.23")
+    assert code == 2, err
+    assert says in err and "SGLPATCH_HOME" in err and "Traceback" not in err
+    left = sorted(p.name for p in tmp_path.iterdir())  # nothing written: no state dir anywhere here
+    assert left == (["a-file"] if value.endswith("a-file") else [])
+
+
+def test_output_that_cannot_be_written_is_one_clear_error(tmp_path, sglpatch_home):
+    """stdout on a full device (/dev/full): one message on stderr, exit 1, no traceback — also
+    with --json, whose error document cannot be written either."""
+    import subprocess
+    import sys
+
+    if not os.path.exists("/dev/full"):
+        pytest.skip("needs /dev/full")
+    for extra in ([], ["--json"]):
+        with open("/dev/full", "w") as full:
+            p = subprocess.run([sys.executable, "-m", "sglang_patcher", *extra, "hosts"], stdout=full,
+                               stderr=subprocess.PIPE, text=True, cwd=tmp_path, timeout=120)
+        assert p.returncode == 1, p.stderr
+        assert "No space left on device" in p.stderr and "Traceback" not in p.stderr, p.stderr
