@@ -869,16 +869,15 @@ def _head_tau(A, score_prev, lp_row, m_prev, N, base, T1, NP: tl.constexpr, LOGN
 
 
 @triton.jit
-def _count_at(lp_b, Pd, dv, t, K, LOGKP: tl.constexpr):
-    """Per (depth, threshold) lane ([DP, J] int32): how many ranks r < K of lp row d give
-    P[d] + lp_d[r] >= t (P [DP, 1] f32, dv [DP, 1] bool: a real depth; t [1, J] f32), by binary
-    lifting over the non-increasing row (LOGKP + 1 dependent loads)."""
-    d = tl.arange(0, Pd.shape[0])[:, None]
-    R = tl.zeros([Pd.shape[0], t.shape[1]], tl.int32)
+def _ranks_at_least(R, row, base, t, live, K, LOGKP: tl.constexpr):
+    """Per lane, how many ranks r < K of the non-increasing lp row at ``row`` give
+    base + lp[r] >= t (0 where not ``live``): binary lifting, LOGKP + 1 dependent loads. R: int32
+    zeros of the result's shape; row (pointers), base (f32), t (f32) and live (bool) broadcast
+    to it. The additions are the beams' own (parent score + lp)."""
     for s in tl.static_range(LOGKP + 1):
         nxt = R + (1 << (LOGKP - s))
-        ok = (nxt <= K) & dv
-        x = Pd + _clean_lp(tl.load(lp_b + d * K + nxt - 1, mask=ok, other=0.0))
+        ok = (nxt <= K) & live
+        x = base + _clean_lp(tl.load(row + nxt - 1, mask=ok, other=0.0))
         R = tl.where(ok & (x >= t), nxt, R)
     return R
 
@@ -892,7 +891,7 @@ def _chain_score(lp_b, N, K, L: tl.constexpr, DP: tl.constexpr, J: tl.constexpr,
     chain's score, the beams' float32 additions in their order), so if at least N of them score
     >= t, the N-th smallest key of the tree is <= (t, the largest sub): a candidate scoring < t
     can never enter it. Two rounds of a J-way search over t in [max(lp_1[0] - 64, lp_1[N - 1]),
-    lp_1[0]] (the count at every t checked exactly by ``_count_at``) find such a t within
+    lp_1[0]] (the count at every t checked exactly by ``_ranks_at_least``) find such a t within
     (span / J^2) of the largest. On peaked logits the running top-N of the first depths is far
     looser (the bench's bs 1 N 512 input: 1,319 / 947 survivors at depths 2 / 3 without it,
     144 / 249 with it)."""
@@ -902,6 +901,7 @@ def _chain_score(lp_b, N, K, L: tl.constexpr, DP: tl.constexpr, J: tl.constexpr,
     for d in tl.static_range(L):
         P = tl.where(dd == d, p, P)
         p = p + _clean_lp(tl.load(lp_b + d * K))
+    rows = lp_b + dd[:, None] * K
     Pd = P[:, None]
     dv = (dd < L)[:, None]
     hi = _clean_lp(tl.load(lp_b))
@@ -909,12 +909,13 @@ def _chain_score(lp_b, N, K, L: tl.constexpr, DP: tl.constexpr, J: tl.constexpr,
     if N <= K:
         lo = tl.maximum(lo, _clean_lp(tl.load(lp_b + N - 1)))
     jj = tl.arange(0, J)
-    best = lo * 0.0 + float("-inf")
+    best = tl.full([], float("-inf"), tl.float32)
     if hi > float("-inf"):
         for _ in tl.static_range(2):
             step = (hi - lo) / J
             t = lo + step * jj.to(tl.float32)
-            ok = tl.sum(_count_at(lp_b, Pd, dv, t[None, :], K, LOGKP), axis=0) >= N
+            cnt = _ranks_at_least(tl.zeros([DP, J], tl.int32), rows, Pd, t[None, :], dv, K, LOGKP)
+            ok = tl.sum(cnt, axis=0) >= N
             jb = tl.max(tl.where(ok, jj, -1), axis=0)
             best = tl.where(jb >= 0, tl.maximum(best, lo + step * jb.to(tl.float32)), best)
             lo = tl.where(jb >= 0, lo + step * jb.to(tl.float32), lo)
@@ -958,24 +959,15 @@ def _tight_bound_kernel(lp_ptr, tval_ptr, fs_ptr, own_ptr, N, K, L: tl.constexpr
         d = tl.zeros([], tl.int32)
         while (d < L) & (m > 0) & (tot < N):
             s = tl.load(fs + o, mask=o < m, other=0.0)
-            R = tl.zeros([NP], tl.int32)  # children of frontier node i scoring >= t: ranks < R_i
-            for st in tl.static_range(LOGKP + 1):
-                nxt = R + (1 << (LOGKP - st))
-                ok = (nxt <= K) & (o < m)
-                x = s + _clean_lp(tl.load(lp_b + d * K + nxt - 1, mask=ok, other=0.0))
-                R = tl.where(ok & (x >= t), nxt, R)
+            # children of frontier node i scoring >= t: its ranks < R_i
+            R = _ranks_at_least(tl.zeros([NP], tl.int32), lp_b + d * K, s, t, o < m, K, LOGKP)
             n = tl.sum(R, axis=0)
             tot += n
             if (tot < N) & (n > 0):  # n < N <= NP: generate them as the next frontier
-                start = tl.cumsum(R, axis=0) - R
-                tl.store(own + tl.where(R > 0, start, 0), ((d + 1) << 26) | (start << 13) | o, mask=R > 0)
+                _mark_blocks(own, R, d + 1, o)
+                gp, gr, sn, gm = _generated_children(own, fs, lp_b + d * K, n, NP)
                 tl.debug_barrier()
-                v = tl.associative_scan(tl.load(own + o, mask=o < n, other=0), 0, _max_combine)
-                p = v & 8191
-                sn = (tl.load(fs + p, mask=o < n, other=0.0)
-                      + _clean_lp(tl.load(lp_b + d * K + o - ((v >> 13) & 8191), mask=o < n, other=0.0)))
-                tl.debug_barrier()
-                tl.store(fs + o, sn, mask=o < n)
+                tl.store(fs + o, sn, mask=gm)
                 tl.debug_barrier()
             m = n
             d += 1
@@ -1012,18 +1004,37 @@ def _survivor_ranks(score_prev, lp_row, cap, m_prev, ts, tsub, teq, NP: tl.const
 
 
 @triton.jit
-def _generated_keys(own, score_prev, lp_row, n, base, S: tl.constexpr, LOGKP: tl.constexpr):
-    """Keys ([S] int64, _MAXKEY from lane n on) of the n (<= S) generated survivors: slot j belongs
-    to the parent whose block starts last at or before j — own holds (depth << 26 | start << 13 |
-    parent) at each block start, so a running max over the slots finds it (older depths' entries
-    are smaller) — and its rank is j - start. Keys as the table scan builds them; they ascend
-    with the slot among equal scores (parent, then rank). Returns (key, lane mask)."""
+def _mark_blocks(own, R, tag, o):
+    """Lay out R[i] ([NP] int32) consecutive slots per parent i = o, in parent order, and mark
+    each non-empty block's start in own with (tag << 26 | start << 13 | i) for
+    ``_generated_children``; tag (1 .. 31) must grow from one use of own to the next, so that
+    older marks lose the running max (starts and parents < 2**13). Ends with a barrier."""
+    start = tl.cumsum(R, axis=0) - R
+    tl.store(own + tl.where(R > 0, start, 0), (tag << 26) | (start << 13) | o, mask=R > 0)
+    tl.debug_barrier()
+
+
+@triton.jit
+def _generated_children(own, score_prev, lp_row, n, S: tl.constexpr):
+    """The n (<= S) slots laid out by ``_mark_blocks``: slot j belongs to the parent p whose
+    block starts last at or before j (a running max over the marks) and is its rank r = j - start;
+    its score is score_prev[p] + lp_row[r] (the beams' addition). Returns (p, r int32, score f32,
+    lane mask), [S] each."""
     o = tl.arange(0, S)
     m = o < n
     v = tl.associative_scan(tl.load(own + o, mask=m, other=0), 0, _max_combine)
     p = v & 8191
     r = o - ((v >> 13) & 8191)
     sc = tl.load(score_prev + p, mask=m, other=0.0) + _clean_lp(tl.load(lp_row + r, mask=m, other=0.0))
+    return p, r, sc, m
+
+
+@triton.jit
+def _generated_keys(own, score_prev, lp_row, n, base, S: tl.constexpr, LOGKP: tl.constexpr):
+    """Keys ([S] int64, _MAXKEY from lane n on) of the n (<= S) generated survivors
+    (``_generated_children``), as the table scan builds them; they ascend with the slot among
+    equal scores (parent, then rank). Returns (key, lane mask)."""
+    p, r, sc, m = _generated_children(own, score_prev, lp_row, n, S)
     return tl.where(m, _desc_key(sc, m, base + ((p << LOGKP) | r)), _MAXKEY), m
 
 
@@ -1121,10 +1132,7 @@ def _beam_prune_kernel(
                     n_new = n_gen
                     if n_gen > 0:
                         own = own_ptr + b * W
-                        start = tl.cumsum(R, axis=0) - R
-                        tl.store(own + tl.where(R > 0, start, 0), (d << 26) | (start << 13) | offs_n,
-                                 mask=R > 0)
-                        tl.debug_barrier()
+                        _mark_blocks(own, R, d, offs_n)
                         if n_gen <= S1:
                             A2 = _merge_generated(A, own, score_ptr + prev, lp_b + d * K, n_gen, d * N,
                                                   NP, S1, LOGNP, LOGKP)
@@ -1288,8 +1296,8 @@ def beam_prune_triton(lp: torch.Tensor, budget: int, ci: torch.Tensor, ck: torch
     BOUND = {"none": 0, "chain": 1, "tight": 2}[bound]
     if BOUND == 2 and (L > 31 or NP > 8192):  # the threshold kernel's 13-bit block starts
         BOUND = 1
-    tval = (tight_bound_triton(lp, N, tight_programs) if BOUND == 2 and bs
-            else torch.full((max(bs, 1), 1), float("-inf"), dtype=torch.float32, device=dev))
+    tval = (tight_bound_triton(lp, N, tight_programs) if BOUND == 2 and bs  # else never read:
+            else torch.empty((1, 1), dtype=torch.float32, device=dev))       # no fill launch
     if bs:
         nw = 4 if CP <= 1024 else (8 if CP <= 4096 else 16)
         _beam_prune_kernel[(bs,)](
@@ -1310,7 +1318,7 @@ def tight_bound_triton(lp: torch.Tensor, budget: int, programs: int | None = Non
     t_j where at least N prefixes (each token within its depth's top K) score >= t_j, else -inf;
     its row maximum is the bound ``beam_prune_triton(bound="tight")`` starts tau at. No host sync.
     H200, peaked bs 1 N 512, J 128: 47.8 us (bench/RESULTS.md, sixth session). Raises ValueError
-    for programs < 1.
+    for programs < 1, N > 8192 or L > 31 (the 13-bit block starts and 5-bit depth tags).
     """
     bs, L, K = lp.shape
     N = int(budget)
@@ -1318,6 +1326,8 @@ def tight_bound_triton(lp: torch.Tensor, budget: int, programs: int | None = Non
     if J < 1:
         raise ValueError(f"programs must be >= 1, got {programs}")
     NP = max(16, triton.next_power_of_2(N))
+    if NP > 8192 or L > 31:
+        raise ValueError(f"tight_bound_triton needs N <= 8192 and L <= 31, got N = {N}, L = {L}")
     KP = triton.next_power_of_2(max(K, 1))
     dev = lp.device
     tval = torch.empty((bs, J), dtype=torch.float32, device=dev)
