@@ -28,10 +28,35 @@ export PYTHONPATH="$REPO:$SITE:$SGL${PYTHONPATH:+:$PYTHONPATH}"
 } 2>&1 | tee "$OUT/env.txt"
 ( time python3 -c 'import sglang.kernels.ops.speculative.spec_tree as s; print("sglang spec_tree ok")' ) 2>&1 | tail -5 | tee -a "$OUT/env.txt"
 
+# Triton's kernel cache: compiling the kernels is most of a cold machine's run. TRITON_CACHE_DIR
+# (default .gpu/triton-cache) starts from .gpu/triton-cache.tar.xz when that exists; with
+# DDTREE_PACK_CACHE=1 the cache is packed into $OUT/triton-cache.tar.xz at the end, to be put
+# back into .gpu/ for the next machine (kernels whose source changed compile again).
+export TRITON_CACHE_DIR="${TRITON_CACHE_DIR:-$REPO/.gpu/triton-cache}"
+if [ -f .gpu/triton-cache.tar.xz ] && [ ! -d "$TRITON_CACHE_DIR" ]; then
+  mkdir -p "$TRITON_CACHE_DIR" && tar -xJf .gpu/triton-cache.tar.xz -C "$TRITON_CACHE_DIR" || exit 1
+  echo "triton cache: $(find "$TRITON_CACHE_DIR" -type f | wc -l) files from .gpu/triton-cache.tar.xz" | tee -a "$OUT/env.txt"
+fi
+# DDTREE_WORKERS: pytest-xdist processes (default: half the cores, at most 8, when xdist is
+# importable — put its wheels, pytest_xdist and execnet, in .whl/), so kernels compile in parallel;
+# 1 runs serially.
+WORKERS="${DDTREE_WORKERS:-auto}"
+XDIST=()
+if python3 -c 'import xdist' 2>/dev/null; then
+  if [ "$WORKERS" = auto ]; then
+    WORKERS=$(( $(nproc) / 2 ))
+    [ "$WORKERS" -gt 8 ] && WORKERS=8
+  fi
+  [ "$WORKERS" -gt 1 ] && XDIST=(-n "$WORKERS")
+fi
+echo "pytest workers: ${XDIST[*]:-serial}" | tee -a "$OUT/env.txt"
+
 rc=0
-# DDTREE_TESTS: which test files/directories (default: all of tests/gpu); a cold machine with a
-# 10-minute limit needs two calls (see README.md)
-python3 -m pytest -q -p no:cacheprovider -rA ${DDTREE_TESTS:-tests/gpu} "$@" 2>&1 | tee "$OUT/pytest_gpu.log" | grep -v '^PASSED' | tail -60
+# DDTREE_TESTS: which test files/directories (default: all of tests/gpu). DDTREE_PYTEST_SECONDS:
+# stop pytest after that long (0: never), leaving the rest of a lent machine's call to pack the
+# cache and copy the logs.
+timeout "${DDTREE_PYTEST_SECONDS:-0}" python3 -m pytest -q -p no:cacheprovider -rA "${XDIST[@]}" \
+  ${DDTREE_TESTS:-tests/gpu} "$@" 2>&1 | tee "$OUT/pytest_gpu.log" | grep -v '^PASSED' | tail -60
 [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
 grep -h "SGLANG_" "$OUT/pytest_gpu.log" > "$OUT/sglang_proofs.txt" || true
 
@@ -40,6 +65,9 @@ if [ -z "${DDTREE_SKIP_BENCH:-}" ]; then
   [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
   python3 bench/walk.py --out "$OUT/walk.json" 2>&1 | tee "$OUT/walk.txt" | tail -20
   [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
+fi
+if [ -n "${DDTREE_PACK_CACHE:-}" ] && [ -d "$TRITON_CACHE_DIR" ]; then
+  tar -cJf "$OUT/triton-cache.tar.xz" -C "$TRITON_CACHE_DIR" . && ls -l "$OUT/triton-cache.tar.xz"
 fi
 echo "run_gpu_tests.sh rc=$rc"
 exit $rc
