@@ -29,12 +29,14 @@ export PYTHONPATH="$REPO:$SITE:$SGL${PYTHONPATH:+:$PYTHONPATH}"
 ( time python3 -c 'import sglang.kernels.ops.speculative.spec_tree as s; print("sglang spec_tree ok")' ) 2>&1 | tail -5 | tee -a "$OUT/env.txt"
 
 # Triton's kernel cache: compiling the kernels is most of a cold machine's run. TRITON_CACHE_DIR
-# (default .gpu/triton-cache) starts from .gpu/triton-cache.tar.xz when that exists; with
+# (default /tmp/ddtree_triton_cache: a fixed absolute path, since Triton's cache index records
+# absolute file paths) starts from .gpu/triton-cache.tar.xz when that exists; with
 # DDTREE_PACK_CACHE=1 the cache is packed into $OUT/triton-cache.tar.xz at the end, to be put
 # back into .gpu/ for the next machine (kernels whose source changed compile again).
-export TRITON_CACHE_DIR="${TRITON_CACHE_DIR:-$REPO/.gpu/triton-cache}"
-if [ -f .gpu/triton-cache.tar.xz ] && [ ! -d "$TRITON_CACHE_DIR" ]; then
+export TRITON_CACHE_DIR="${TRITON_CACHE_DIR:-/tmp/ddtree_triton_cache}"
+if [ -f .gpu/triton-cache.tar.xz ] && [ ! -f "$TRITON_CACHE_DIR/.from_tarball" ]; then
   mkdir -p "$TRITON_CACHE_DIR" && tar -xJf .gpu/triton-cache.tar.xz -C "$TRITON_CACHE_DIR" || exit 1
+  touch "$TRITON_CACHE_DIR/.from_tarball"
   echo "triton cache: $(find "$TRITON_CACHE_DIR" -type f | wc -l) files from .gpu/triton-cache.tar.xz" | tee -a "$OUT/env.txt"
 fi
 # DDTREE_WORKERS: pytest-xdist processes (default: half the cores, at most 8, when xdist is

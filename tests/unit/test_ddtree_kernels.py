@@ -327,7 +327,7 @@ def test_nan_and_out_of_contract_lp_build_the_same_valid_tree_everywhere(case):
         assert bool(((par >= 0) & (par < torch.arange(1, n + 1))).all())
 
 
-def test_pruned_beam_tiers_and_wide_must_be_powers_of_two():
+def test_pruned_beam_tiers_wide_and_warps_must_be_powers_of_two():
     lp = torch.zeros(1, 2, 4)
     ci, ck = torch.zeros(4, dtype=torch.int64), torch.arange(4)
     for bad in ((3, 8), (0, 4), (4, -2)):
@@ -338,6 +338,9 @@ def test_pruned_beam_tiers_and_wide_must_be_powers_of_two():
     for bad in (0, 3, -2):
         with pytest.raises(ValueError, match="gen_wide must be a power of 2"):
             KR.beam_prune_triton(lp, 4, ci, ck, gen_wide=bad)
+    for bad in (0, 3, 64):
+        with pytest.raises(ValueError, match="num_warps must be a power of 2"):
+            KR.beam_prune_triton(lp, 4, ci, ck, num_warps=bad)
 
 
 def test_radix_programs_and_errors():

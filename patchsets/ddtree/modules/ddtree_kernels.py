@@ -1222,7 +1222,8 @@ def _beam_prune_kernel(
 
 def beam_prune_triton(lp: torch.Tensor, budget: int, ci: torch.Tensor, ck: torch.Tensor,
                       tiers: tuple = (64, 256), wide: tuple | None = None, gen: bool = True,
-                      gen_wide: int = 2, bound: str = "chain", tight_programs: int | None = None):
+                      gen_wide: int = 2, bound: str = "chain", tight_programs: int | None = None,
+                      num_warps: int | None = None):
     """Pruned beam: per depth only the candidates that can still be in the global top-N.
 
     lp: [bs, L, K] float32 log-probs (non-increasing along K); ci/ck: ``candidate_pairs``.
@@ -1254,9 +1255,12 @@ def beam_prune_triton(lp: torch.Tensor, budget: int, ci: torch.Tensor, ck: torch
     "tight" (one more launch first, ``tight_bound_triton``: tight_programs thresholds between the
     chain bound and lp_1[0] tested in parallel, within ~1 % of the tree's size on peaked logits,
     yet slower on the H200: 130.3 us against 87.0 at peaked bs 1 N 512, 47.8 of them its own
-    launch — with near-ideal survivors a depth still costs its fixed N-wide work) or "none". A depth's beam may then be a shorter prefix (entries
-    the bound proves outside the tree are left out); gtop and so the tree are the same. Raises
-    ValueError when a tier, a wide factor or gen_wide is not a power of 2, or for another bound.
+    launch — with near-ideal survivors a depth still costs its fixed N-wide work) or "none". A
+    depth's beam may then be a shorter prefix (entries the bound proves outside the tree are left
+    out); gtop and so the tree are the same. num_warps: the kernel's warps (None: 4 up to 1,024
+    candidate lanes, 8 up to 4,096, else 16, chosen when every depth scanned the table; an
+    override to measure others). Raises ValueError when a tier, a wide factor or gen_wide is not
+    a power of 2, for another bound, or for num_warps not a power of 2 in 1 .. 32.
     """
     bs, L, K = lp.shape
     N = int(budget)
@@ -1291,6 +1295,8 @@ def beam_prune_triton(lp: torch.Tensor, budget: int, ci: torch.Tensor, ck: torch
     KP = triton.next_power_of_2(max(K, 1))
     if bound not in ("none", "chain", "tight"):
         raise ValueError(f"bound must be 'none', 'chain' or 'tight', got {bound!r}")
+    if num_warps is not None and num_warps not in (1, 2, 4, 8, 16, 32):
+        raise ValueError(f"num_warps must be a power of 2 in 1 .. 32, got {num_warps}")
     if bs and (CP > 32768 or (L - 1) * N + N * KP >= (1 << 30)):  # 16-bit counts / 30-bit subs
         return beam_triton(lp, budget, ci, ck)
     BOUND = {"none": 0, "chain": 1, "tight": 2}[bound]
@@ -1299,7 +1305,7 @@ def beam_prune_triton(lp: torch.Tensor, budget: int, ci: torch.Tensor, ck: torch
     tval = (tight_bound_triton(lp, N, tight_programs) if BOUND == 2 and bs  # else never read:
             else torch.empty((1, 1), dtype=torch.float32, device=dev))       # no fill launch
     if bs:
-        nw = 4 if CP <= 1024 else (8 if CP <= 4096 else 16)
+        nw = num_warps or (4 if CP <= 1024 else (8 if CP <= 4096 else 16))
         _beam_prune_kernel[(bs,)](
             lp.contiguous(), ci, ck, score, valid.view(torch.int8), parent, rank, gtop, scr, ss, su, own,
             tval, K, N, C, L=L, NP=NP, CP=CP, ROUNDS=15, S1=min(t1, NP), S2=min(t2, NP), S3=S3, S4=S4,
