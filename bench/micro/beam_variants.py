@@ -1,6 +1,7 @@
 """Micro bench: the whole pruned beam (chain bound) with
-gen_wide 2 (default) / 1 and 8 / 16 warps, side by side on the bench's inputs; outputs compared
-with the default. gen_wide 1 drops the W-lane selection, which is ~30 s of the kernel's 73 s
+gen_wide 2 (default) / 1, 8 / 16 warps, merge "bitonic" / "path" and rank_bits 1 / 2 / 3, side by
+side on the bench's inputs (CUDA-graph medians, ratios to the default); outputs compared with
+the default. gen_wide 1 drops the W-lane selection, which is ~30 s of the kernel's 73 s
 compile (CPU, make_ttgir) and was never entered on peaked bs 1 N 512 with the chain bound.
 `python3 bench/micro/beam_variants.py compile I` compiles configuration I (run them in parallel), then
 `python3 bench/micro/beam_variants.py time` times all from Triton's cache."""
@@ -10,14 +11,17 @@ from patchsets.ddtree.modules import ddtree_kernels as K_
 from patchsets.ddtree.modules.ddtree_tree import candidate_pairs, draft_topk
 from tests.support.ddtree import draft_logits
 
-CONFIGS = [  # (kind, bs, N, gen_wide, num_warps or None for the default)
-    ("peaked", 1, 512, 2, None), ("peaked", 1, 512, 1, None), ("peaked", 1, 512, 2, 16), ("peaked", 1, 512, 1, 16),
-    ("peaked", 1, 1024, 2, None), ("peaked", 1, 1024, 1, None), ("peaked", 64, 256, 2, None), ("peaked", 64, 256, 1, None),
+CONFIGS = [  # (kind, bs, N, beam_prune_triton keywords); {} is the default
+    ("peaked", 1, 512, {}), ("peaked", 1, 512, dict(gen_wide=1)), ("peaked", 1, 512, dict(num_warps=16)),
+    ("peaked", 1, 512, dict(merge="path")), ("peaked", 1, 512, dict(rank_bits=3)),
+    ("peaked", 1, 512, dict(rank_bits=2)), ("peaked", 1, 512, dict(merge="path", rank_bits=3, gen_wide=1)),
+    ("peaked", 1, 1024, {}), ("peaked", 1, 1024, dict(gen_wide=1)), ("peaked", 1, 1024, dict(merge="path")),
+    ("peaked", 64, 256, {}), ("peaked", 64, 256, dict(gen_wide=1)), ("peaked", 64, 256, dict(merge="path")),
 ]
 
 
-def launch(lp, N, ci, ck, gen_wide, nw):
-    return K_.beam_prune_triton(lp, N, ci, ck, gen_wide=gen_wide, num_warps=nw)
+def launch(lp, N, ci, ck, kw):
+    return K_.beam_prune_triton(lp, N, ci, ck, **kw)
 
 
 def inputs(kind, bs, N):
@@ -30,19 +34,22 @@ def inputs(kind, bs, N):
 
 if __name__ == "__main__":
     if sys.argv[1] == "compile":
-        kind, bs, N, gw, nw = CONFIGS[int(sys.argv[2])]
+        kind, bs, N, kw = CONFIGS[int(sys.argv[2])]
         lp, ci, ck = inputs(kind, bs, N)
-        launch(lp, N, ci, ck, gw, nw); torch.cuda.synchronize()
+        launch(lp, N, ci, ck, kw); torch.cuda.synchronize()
         print("compiled", CONFIGS[int(sys.argv[2])], flush=True)
     else:
         from _timing import gpu_graph_median_us as G
         cache = {}
-        for kind, bs, N, gw, nw in CONFIGS:
+        base = {}
+        for kind, bs, N, kw in CONFIGS:
             if (kind, bs, N) not in cache:
                 lp, ci, ck = inputs(kind, bs, N)
-                cache[(kind, bs, N)] = (lp, ci, ck, launch(lp, N, ci, ck, 2, None))
+                cache[(kind, bs, N)] = (lp, ci, ck, launch(lp, N, ci, ck, {}))
             lp, ci, ck, ref = cache[(kind, bs, N)]
-            out = launch(lp, N, ci, ck, gw, nw)
+            out = launch(lp, N, ci, ck, kw)
             same = all(torch.equal(a, b) for a, b in zip(ref, out))
-            t = G(lambda: launch(lp, N, ci, ck, gw, nw))
-            print(f"{kind} bs {bs} N {N} gen_wide {gw} warps {nw or 'default'}: {t:.1f} us, outputs same as default {same}", flush=True)
+            t = G(lambda: launch(lp, N, ci, ck, kw))
+            base.setdefault((kind, bs, N), t)
+            print(f"{kind} bs {bs} N {N} {kw or 'default'}: {t:.1f} us ({base[(kind, bs, N)] / t:.2f}x the default), "
+                  f"outputs same {same}", flush=True)

@@ -808,27 +808,71 @@ def _merge_top(A, top_desc, NP: tl.constexpr, S: tl.constexpr, LOGNP: tl.constex
 
 
 @triton.jit
-def _merge_keys(A, key, m, NP: tl.constexpr, S: tl.constexpr, LOGNP: tl.constexpr):
-    """``_merge_top`` of A with the keys of the lanes m of ``key`` ([S] int64): sorted descending
-    (_MAXKEY outside m); with S > NP (S a multiple of NP) only their NP smallest are merged."""
-    top = tl.sort(tl.where(m, key, _MAXKEY), descending=True)
-    if S > NP:  # more survivors than lanes: their NP smallest, the last NP of the sorted S
-        R: tl.constexpr = S // NP
-        last = (tl.arange(0, R) == R - 1)[:, None]
-        out = _merge_top(A, tl.sum(tl.where(last, tl.reshape(top, [R, NP]), 0), axis=0), NP, NP, LOGNP)
-    else:
-        out = _merge_top(A, top, NP, S, LOGNP)
+def _count_below(buf, x, LEN: tl.constexpr):
+    """Per lane of x (int64 keys), how many of the LEN (a power of 2, <= 2**15) ascending int64
+    keys at buf are smaller: binary lifting, log2(LEN) + 1 dependent loads."""
+    R = tl.zeros(x.shape, tl.int32)
+    for t in tl.static_range(16):
+        if (LEN >> t) > 0:
+            nxt = R + (LEN >> t)
+            ok = nxt <= LEN
+            v = tl.load(buf + nxt - 1, mask=ok, other=_MAXKEY)
+            R = tl.where(ok & (v < x), nxt, R)
+    return R
+
+
+@triton.jit
+def _merge_path(A, T, mscr, N, NP: tl.constexpr, S: tl.constexpr):
+    """The merge of ``_merge_top`` by slots instead of a network: A's first N lanes ([NP] int64
+    ascending, _MAXKEY beyond N) and T ([S] int64 ascending, _MAXKEY padded) hold distinct keys,
+    so a key's slot in the union is its index plus its rank in the other list (binary search over
+    a copy in mscr, [NP + S] int64 scratch); the slots < NP are scattered once and read back.
+    Lanes < N equal ``_merge_top``'s; lanes from N on are the union's next smallest or _MAXKEY."""
+    o = tl.arange(0, NP)
+    ot = tl.arange(0, S)
+    A = tl.where(o < N, A, _MAXKEY)
+    tl.store(mscr + o, A)
+    tl.store(mscr + NP + ot, T)
+    tl.debug_barrier()
+    pa = o + _count_below(mscr + NP, A, S)
+    pt = ot + _count_below(mscr, T, NP)
+    tl.debug_barrier()
+    tl.store(mscr + pa, A, mask=pa < NP)
+    tl.store(mscr + pt, T, mask=(pt < NP) & (T != _MAXKEY))
+    tl.debug_barrier()
+    out = tl.load(mscr + o)
+    tl.debug_barrier()
     return out
 
 
 @triton.jit
-def _merge_survivors(A, ss, su, n, base, NP: tl.constexpr, S: tl.constexpr, LOGNP: tl.constexpr):
+def _merge_keys(A, key, m, NP: tl.constexpr, S: tl.constexpr, LOGNP: tl.constexpr, mscr, N, MP: tl.constexpr):
+    """``_merge_top`` of A with the keys of the lanes m of ``key`` ([S] int64): sorted descending
+    (_MAXKEY outside m); with S > NP (S a multiple of NP) only their NP smallest are merged.
+    MP (merge path): sorted ascending and merged by ``_merge_path`` instead (mscr: [NP + S]
+    int64 scratch; N: A's valid lanes)."""
+    if MP:
+        out = _merge_path(A, tl.sort(tl.where(m, key, _MAXKEY)), mscr, N, NP, S)
+    else:
+        top = tl.sort(tl.where(m, key, _MAXKEY), descending=True)
+        if S > NP:  # more survivors than lanes: their NP smallest, the last NP of the sorted S
+            R: tl.constexpr = S // NP
+            last = (tl.arange(0, R) == R - 1)[:, None]
+            out = _merge_top(A, tl.sum(tl.where(last, tl.reshape(top, [R, NP]), 0), axis=0), NP, NP, LOGNP)
+        else:
+            out = _merge_top(A, top, NP, S, LOGNP)
+    return out
+
+
+@triton.jit
+def _merge_survivors(A, ss, su, n, base, NP: tl.constexpr, S: tl.constexpr, LOGNP: tl.constexpr, mscr, N,
+                     MP: tl.constexpr):
     """``_merge_keys`` of A with the n (<= S) survivors compacted at ss / su[0 .. n) (score f32,
     packed (i, r) int32): their keys (sub = base + packed) built in S lanes."""
     o = tl.arange(0, S)
     m = o < n
     key = _desc_key(tl.load(ss + o, mask=m, other=0.0), m, base + tl.load(su + o, mask=m, other=0))
-    return _merge_keys(A, key, m, NP, S, LOGNP)
+    return _merge_keys(A, key, m, NP, S, LOGNP, mscr, N, MP)
 
 
 @triton.jit
@@ -981,25 +1025,49 @@ def _max_combine(a, b):
 
 
 @triton.jit
-def _survivor_ranks(score_prev, lp_row, cap, m_prev, ts, tsub, teq, NP: tl.constexpr, LOGKP: tl.constexpr):
+def _rank_probes(R, s, c, o, lp_row, ts, tsub, teq, LOGKP: tl.constexpr, B: tl.constexpr, SHIFT: tl.constexpr):
+    """One level of ``_survivor_ranks``'s multi-way search: the B - 1 ranks R + j * 2**SHIFT - 1
+    (j = 1 .. B-1) probed at once; R grows by 2**SHIFT per surviving probe (they survive in a
+    prefix, the test being monotone in r)."""
+    j = tl.arange(0, B)
+    nxt = R[:, None] + ((j + 1) << SHIFT)[None, :]
+    ok = (nxt <= c[:, None]) & (j < B - 1)[None, :]
+    x = s[:, None] + _clean_lp(tl.load(lp_row + nxt - 1, mask=ok, other=0.0))
+    pk = (o << LOGKP)[:, None] | (nxt - 1)
+    live = (x > ts) | ((x == ts) & ((pk < tsub) | (pk == teq)))
+    return R + (tl.sum((ok & live).to(tl.int32), axis=1) << SHIFT)
+
+
+@triton.jit
+def _survivor_ranks(score_prev, lp_row, cap, m_prev, ts, tsub, teq, NP: tl.constexpr, LOGKP: tl.constexpr,
+                    RB: tl.constexpr = 1):
     """Per parent order i < m_prev ([NP] int32): R_i, how many of its table ranks r < cap_i beat
     the threshold (ts, tsub) as (score desc, packed (i, r) asc); teq = tsub: a candidate equal
     to it survives too (the head bound, whose key may be a candidate's), -1: not. With lp row d
     non-increasing a child's key grows with r, so they are the ranks r < R_i: found by binary
-    lifting over r (LOGKP + 1 dependent loads of the lp row, which stays in L1) instead of
-    testing every table entry. The score is the same float32 addition as the table scan's."""
+    lifting over r (RB = 1: LOGKP + 1 dependent loads of the lp row) instead of testing every
+    table entry, or RB bits at a time (2**RB - 1 independent probes per level,
+    ceil((LOGKP + 1) / RB) dependent levels; ``_rank_probes``). The score is the same float32
+    addition as the table scan's."""
     o = tl.arange(0, NP)
     hv = o < m_prev
     s = tl.load(score_prev + o, mask=hv, other=float("-inf"))
     c = tl.where(hv, cap, 0)
     R = tl.zeros([NP], tl.int32)
-    for t in tl.static_range(LOGKP + 1):
-        nxt = R + (1 << (LOGKP - t))
-        ok = nxt <= c
-        x = s + _clean_lp(tl.load(lp_row + nxt - 1, mask=ok, other=0.0))
-        pk = (o << LOGKP) | (nxt - 1)
-        live = (x > ts) | ((x == ts) & ((pk < tsub) | (pk == teq)))
-        R = tl.where(ok & live, nxt, R)
+    if RB == 1:
+        for t in tl.static_range(LOGKP + 1):
+            nxt = R + (1 << (LOGKP - t))
+            ok = nxt <= c
+            x = s + _clean_lp(tl.load(lp_row + nxt - 1, mask=ok, other=0.0))
+            pk = (o << LOGKP) | (nxt - 1)
+            live = (x > ts) | ((x == ts) & ((pk < tsub) | (pk == teq)))
+            R = tl.where(ok & live, nxt, R)
+    else:
+        NLEV: tl.constexpr = (LOGKP + RB) // RB
+        R = _rank_probes(R, s, c, o, lp_row, ts, tsub, teq, LOGKP, 1 << (LOGKP + 1 - RB * (NLEV - 1)),
+                         RB * (NLEV - 1))
+        for lev in tl.static_range(1, NLEV):
+            R = _rank_probes(R, s, c, o, lp_row, ts, tsub, teq, LOGKP, 1 << RB, RB * (NLEV - 1 - lev))
     return R
 
 
@@ -1040,10 +1108,10 @@ def _generated_keys(own, score_prev, lp_row, n, base, S: tl.constexpr, LOGKP: tl
 
 @triton.jit
 def _merge_generated(A, own, score_prev, lp_row, n, base, NP: tl.constexpr, S: tl.constexpr,
-                     LOGNP: tl.constexpr, LOGKP: tl.constexpr):
-    """``_merge_top`` of A with the n (<= S) generated survivors (``_generated_keys``)."""
+                     LOGNP: tl.constexpr, LOGKP: tl.constexpr, mscr, N, MP: tl.constexpr):
+    """``_merge_keys`` of A with the n (<= S) generated survivors (``_generated_keys``)."""
     key, m = _generated_keys(own, score_prev, lp_row, n, base, S, LOGKP)
-    return _merge_keys(A, key, m, NP, S, LOGNP)
+    return _merge_keys(A, key, m, NP, S, LOGNP, mscr, N, MP)
 
 
 @triton.jit
@@ -1061,6 +1129,7 @@ def _beam_prune_kernel(
     su_ptr,  # [bs, S4] int32 scratch: compacted survivor subs
     own_ptr,  # [bs, W] int32 scratch: generated survivors' (depth, start, parent) at block starts
     tval_ptr,  # [bs, JT] f32: _tight_bound_kernel's proven thresholds (read when BOUND == 2)
+    mscr_ptr,  # [bs, MSW] int64 scratch of the merge path (MP)
     K,
     N,
     C,
@@ -1079,11 +1148,15 @@ def _beam_prune_kernel(
     BOUND: tl.constexpr,
     DP: tl.constexpr,
     JT: tl.constexpr,
+    MP: tl.constexpr,
+    MSW: tl.constexpr,
+    RB: tl.constexpr,
 ):
     b = tl.program_id(0).to(tl.int64)
     offs_n = tl.arange(0, NP)
     nm = offs_n < N
     lp_b = lp_ptr + b * L * K
+    mscr = mscr_ptr + b * MSW
     out_b = b * L * N
     scr = scr_ptr + b * NP
     ss = ss_ptr + b * S4
@@ -1115,7 +1188,7 @@ def _beam_prune_kernel(
             done = m_prev * 0
             teq = m_prev * 0 - 1  # tsub once the threshold is the head bound (a candidate may equal it)
             if GEN:  # parent i's survivors are its ranks r < R_i (lp rows non-increasing)
-                R = _survivor_ranks(score_ptr + prev, lp_b + d * K, cap, m_prev, ts, tsub, teq, NP, LOGKP)
+                R = _survivor_ranks(score_ptr + prev, lp_b + d * K, cap, m_prev, ts, tsub, teq, NP, LOGKP, RB)
                 n_gen = tl.sum(R, axis=0)
                 fits = n_gen <= N
                 if W > NP:  # too many: tighten tau exactly (_head_tau), count again, select in W lanes
@@ -1124,7 +1197,7 @@ def _beam_prune_kernel(
                                              LOGKP)
                         teq = tsub
                         R = _survivor_ranks(score_ptr + prev, lp_b + d * K, cap, m_prev, ts, tsub, teq, NP,
-                                            LOGKP)
+                                            LOGKP, RB)
                         n_gen = tl.sum(R, axis=0)
                     fits = n_gen <= W
                 if fits:
@@ -1135,18 +1208,18 @@ def _beam_prune_kernel(
                         _mark_blocks(own, R, d, offs_n)
                         if n_gen <= S1:
                             A2 = _merge_generated(A, own, score_ptr + prev, lp_b + d * K, n_gen, d * N,
-                                                  NP, S1, LOGNP, LOGKP)
+                                                  NP, S1, LOGNP, LOGKP, mscr, N, MP)
                         elif n_gen <= S2:
                             A2 = _merge_generated(A, own, score_ptr + prev, lp_b + d * K, n_gen, d * N,
-                                                  NP, S2, LOGNP, LOGKP)
+                                                  NP, S2, LOGNP, LOGKP, mscr, N, MP)
                         else:
                             if W == NP:  # n_gen <= N here: the selection is not compiled in
                                 A2 = _merge_generated(A, own, score_ptr + prev, lp_b + d * K, n_gen, d * N,
-                                                      NP, NP, LOGNP, LOGKP)
+                                                      NP, NP, LOGNP, LOGKP, mscr, N, MP)
                             else:
                                 if n_gen <= NP:
                                     A2 = _merge_generated(A, own, score_ptr + prev, lp_b + d * K, n_gen,
-                                                          d * N, NP, NP, LOGNP, LOGKP)
+                                                          d * N, NP, NP, LOGNP, LOGKP, mscr, N, MP)
                                 else:  # the N smallest of the W generated keys (a selection), merged
                                     key, mg = _generated_keys(own, score_ptr + prev, lp_b + d * K, n_gen,
                                                               d * N, W, LOGKP)
@@ -1181,19 +1254,19 @@ def _beam_prune_kernel(
                         tl.store(su + pos, cs, mask=alive)
                         tl.debug_barrier()
                         if n_alive <= S1:
-                            A2 = _merge_survivors(A, ss, su, n_alive, d * N, NP, S1, LOGNP)
+                            A2 = _merge_survivors(A, ss, su, n_alive, d * N, NP, S1, LOGNP, mscr, N, MP)
                         elif n_alive <= S2:
-                            A2 = _merge_survivors(A, ss, su, n_alive, d * N, NP, S2, LOGNP)
+                            A2 = _merge_survivors(A, ss, su, n_alive, d * N, NP, S2, LOGNP, mscr, N, MP)
                         else:
                             if S4 == NP:  # no wide tiers compiled (their code slows every depth)
-                                A2 = _merge_survivors(A, ss, su, n_alive, d * N, NP, NP, LOGNP)
+                                A2 = _merge_survivors(A, ss, su, n_alive, d * N, NP, NP, LOGNP, mscr, N, MP)
                             else:
                                 if n_alive <= NP:
-                                    A2 = _merge_survivors(A, ss, su, n_alive, d * N, NP, NP, LOGNP)
+                                    A2 = _merge_survivors(A, ss, su, n_alive, d * N, NP, NP, LOGNP, mscr, N, MP)
                                 elif n_alive <= S3:
-                                    A2 = _merge_survivors(A, ss, su, n_alive, d * N, NP, S3, LOGNP)
+                                    A2 = _merge_survivors(A, ss, su, n_alive, d * N, NP, S3, LOGNP, mscr, N, MP)
                                 else:
-                                    A2 = _merge_survivors(A, ss, su, n_alive, d * N, NP, S4, LOGNP)
+                                    A2 = _merge_survivors(A, ss, su, n_alive, d * N, NP, S4, LOGNP, mscr, N, MP)
                         tl.debug_barrier()
             if n_new > 0:
                 sub = (A2 & 1073741823).to(tl.int32)
@@ -1223,7 +1296,7 @@ def _beam_prune_kernel(
 def beam_prune_triton(lp: torch.Tensor, budget: int, ci: torch.Tensor, ck: torch.Tensor,
                       tiers: tuple = (64, 256), wide: tuple | None = None, gen: bool = True,
                       gen_wide: int = 2, bound: str = "chain", tight_programs: int | None = None,
-                      num_warps: int | None = None):
+                      num_warps: int | None = None, merge: str = "bitonic", rank_bits: int = 1):
     """Pruned beam: per depth only the candidates that can still be in the global top-N.
 
     lp: [bs, L, K] float32 log-probs (non-increasing along K); ci/ck: ``candidate_pairs``.
@@ -1259,8 +1332,15 @@ def beam_prune_triton(lp: torch.Tensor, budget: int, ci: torch.Tensor, ck: torch
     depth's beam may then be a shorter prefix (entries the bound proves outside the tree are left
     out); gtop and so the tree are the same. num_warps: the kernel's warps (None: 4 up to 1,024
     candidate lanes, 8 up to 4,096, else 16, chosen when every depth scanned the table; an
-    override to measure others). Raises ValueError when a tier, a wide factor or gen_wide is not
-    a power of 2, for another bound, or for num_warps not a power of 2 in 1 .. 32.
+    override to measure others). merge: how a depth's sorted survivors join the running top-N —
+    "bitonic" (default: ``_merge_top``, a LOGNP-stage network over NP lanes) or "path" (each
+    key's slot from its rank in the other list by binary search, one scatter:
+    ``_merge_path``). rank_bits: the survivor-rank search's bits per level (1, default: binary
+    lifting, LOGKP + 1 dependent loads; 2 .. 4: 2**rank_bits - 1 independent probes per level).
+    "path" and rank_bits > 1 are exact like the defaults and not yet measured on a GPU
+    (bench/micro/). Raises ValueError when a tier, a wide factor or gen_wide is not a power of
+    2, for another bound, for num_warps not a power of 2 in 1 .. 32, for another merge or for
+    rank_bits outside 1 .. 4.
     """
     bs, L, K = lp.shape
     N = int(budget)
@@ -1297,6 +1377,10 @@ def beam_prune_triton(lp: torch.Tensor, budget: int, ci: torch.Tensor, ck: torch
         raise ValueError(f"bound must be 'none', 'chain' or 'tight', got {bound!r}")
     if num_warps is not None and num_warps not in (1, 2, 4, 8, 16, 32):
         raise ValueError(f"num_warps must be a power of 2 in 1 .. 32, got {num_warps}")
+    if merge not in ("bitonic", "path"):
+        raise ValueError(f"merge must be 'bitonic' or 'path', got {merge!r}")
+    if rank_bits not in (1, 2, 3, 4):
+        raise ValueError(f"rank_bits must be 1 .. 4, got {rank_bits!r}")
     if bs and (CP > 32768 or (L - 1) * N + N * KP >= (1 << 30)):  # 16-bit counts / 30-bit subs
         return beam_triton(lp, budget, ci, ck)
     BOUND = {"none": 0, "chain": 1, "tight": 2}[bound]
@@ -1304,13 +1388,17 @@ def beam_prune_triton(lp: torch.Tensor, budget: int, ci: torch.Tensor, ck: torch
         BOUND = 1
     tval = (tight_bound_triton(lp, N, tight_programs) if BOUND == 2 and bs  # else never read:
             else torch.empty((1, 1), dtype=torch.float32, device=dev))       # no fill launch
+    MP = merge == "path"
+    MSW = NP + max(NP, S4) if MP else 0  # A and the widest sorted tier
+    mscr = torch.empty((bs, MSW) if MP else (1, 1), dtype=torch.int64, device=dev)
     if bs:
         nw = num_warps or (4 if CP <= 1024 else (8 if CP <= 4096 else 16))
         _beam_prune_kernel[(bs,)](
             lp.contiguous(), ci, ck, score, valid.view(torch.int8), parent, rank, gtop, scr, ss, su, own,
-            tval, K, N, C, L=L, NP=NP, CP=CP, ROUNDS=15, S1=min(t1, NP), S2=min(t2, NP), S3=S3, S4=S4,
+            tval, mscr, K, N, C, L=L, NP=NP, CP=CP, ROUNDS=15, S1=min(t1, NP), S2=min(t2, NP), S3=S3, S4=S4,
             LOGNP=NP.bit_length() - 1, LOGKP=KP.bit_length() - 1,
-            GEN=GEN, W=W, BOUND=BOUND, DP=max(2, triton.next_power_of_2(L)), JT=tval.shape[1], num_warps=nw,
+            GEN=GEN, W=W, BOUND=BOUND, DP=max(2, triton.next_power_of_2(L)), JT=tval.shape[1], MP=MP,
+            MSW=MSW, RB=int(rank_bits), num_warps=nw,
         )
     return score, valid, parent, rank, gtop
 
