@@ -1,52 +1,19 @@
 """Micro bench: the beam's per-depth merge of n (<= S)
-unsorted survivor keys into the running top-N A, side by side — the package's _merge_keys (tl.sort
-of S lanes, then the bitonic _merge_top over NP lanes) against a merge path (sort S ascending, then
-each key's output slot from its rank in the other list by binary search over a scratch copy, one
-scatter) and, for small S, ranks by counting without any sort. Identical outputs are checked; on a
+unsorted survivor keys into the running top-N A, side by side — the package's _merge_keys with the
+bitonic _merge_top (tl.sort of S lanes, then a network over NP lanes) and with its merge path
+(sort S ascending, then each key's output slot from its rank in the other list by binary search
+over a scratch copy, one scatter: merge="path"), and, for small S, ranks by counting without any
+sort. Identical outputs are checked; on a
 GPU each is timed with clock64. CPU check: TRITON_INTERPRET=1 python3 bench/micro/merge_variants.py --check"""
 import sys, torch, triton
 import triton.language as tl
 sys.path.insert(0, ".")
-from patchsets.ddtree.modules.ddtree_kernels import _merge_keys, _MAXKEY
+from patchsets.ddtree.modules.ddtree_kernels import _count_below, _merge_keys, _MAXKEY
 
 
 @triton.jit
 def _clk():
     return tl.inline_asm_elementwise("mov.u64 $0, %clock64;", "=l", [], dtype=tl.int64, is_pure=False, pack=1)
-
-
-@triton.jit
-def _count_below(buf, x, LEN: tl.constexpr, LOG: tl.constexpr):
-    """Per lane, #{buf[k] < x} for buf ascending over LEN = 2**LOG int64 slots (binary lifting)."""
-    R = tl.zeros(x.shape, tl.int32)
-    for t in tl.static_range(LOG + 1):
-        nxt = R + (1 << (LOG - t))
-        ok = nxt <= LEN
-        v = tl.load(buf + nxt - 1, mask=ok, other=_MAXKEY)
-        R = tl.where(ok & (v < x), nxt, R)
-    return R
-
-
-@triton.jit
-def _merge_path(A, key, m, scr, N, NP: tl.constexpr, S: tl.constexpr, LOGNP: tl.constexpr, LOGS: tl.constexpr):
-    """The NP smallest of A ([NP] ascending, _MAXKEY padded) and the keys m of key ([S]),
-    ascending: sort the keys, then slot = own index + rank in the other list (all valid keys are
-    distinct), scattered once. scr: [NP + S] int64 scratch."""
-    o = tl.arange(0, NP)
-    os_ = tl.arange(0, S)
-    T = tl.sort(tl.where(m, key, _MAXKEY))
-    tl.store(scr + o, A)
-    tl.store(scr + NP + os_, T)
-    tl.debug_barrier()
-    pa = o + _count_below(scr + NP, A, S, LOGS)
-    pt = os_ + _count_below(scr, T, NP, LOGNP)
-    tl.debug_barrier()
-    tl.store(scr + pa, A, mask=pa < NP)
-    tl.store(scr + pt, T, mask=(pt < NP) & (T != _MAXKEY))
-    tl.debug_barrier()
-    out = tl.load(scr + o)
-    tl.debug_barrier()
-    return out
 
 
 @triton.jit
@@ -60,7 +27,7 @@ def _merge_count(A, key, m, scr, N, NP: tl.constexpr, S: tl.constexpr, LOGNP: tl
     rt = tl.sum((T[None, :] < T[:, None]).to(tl.int32), axis=1)
     ca = tl.sum((T[None, :] < A[:, None]).to(tl.int32), axis=1)
     pa = o + ca
-    pt = rt + _count_below(scr, T, NP, LOGNP)
+    pt = rt + _count_below(scr, T, NP)
     tl.debug_barrier()
     tl.store(scr + pa, A, mask=pa < NP)
     tl.store(scr + pt, T, mask=(pt < NP) & (T != _MAXKEY))
@@ -72,7 +39,7 @@ def _merge_count(A, key, m, scr, N, NP: tl.constexpr, S: tl.constexpr, LOGNP: tl
 
 @triton.jit
 def _merge_kernel(a_ptr, k_ptr, n_ptr, scr, out_ptr, prof, N, NP: tl.constexpr, S: tl.constexpr, LOGNP: tl.constexpr,
-                  LOGS: tl.constexpr, VAR: tl.constexpr, REPS: tl.constexpr, PROF: tl.constexpr):
+                  VAR: tl.constexpr, REPS: tl.constexpr, PROF: tl.constexpr):
     o = tl.arange(0, NP)
     os_ = tl.arange(0, S)
     if PROF:
@@ -83,9 +50,9 @@ def _merge_kernel(a_ptr, k_ptr, n_ptr, scr, out_ptr, prof, N, NP: tl.constexpr, 
         key = tl.load(k_ptr + rep * S + os_)
         m = os_ < tl.load(n_ptr + rep)
         if VAR == 0:
-            out = _merge_keys(A, key, m, NP, S, LOGNP)
-        elif VAR == 1:
-            out = _merge_path(A, key, m, scr, N, NP, S, LOGNP, LOGS)
+            out = _merge_keys(A, key, m, NP, S, LOGNP, scr, N, False)
+        elif VAR == 1:  # the package's merge path (beam_prune_triton(merge="path"))
+            out = _merge_keys(A, key, m, NP, S, LOGNP, scr, N, True)
         else:
             out = _merge_count(A, key, m, scr, N, NP, S, LOGNP)
         tl.store(out_ptr + rep * NP + o, tl.where(o < N, out, _MAXKEY))
@@ -133,7 +100,7 @@ def run(device, N, S, nw, prof_on, check, reps):
         try:
             for _ in range(3 if prof_on else 1):
                 _merge_kernel[(1,)](A, K, n, scr, out, prof, N, NP=NP, S=S, LOGNP=NP.bit_length() - 1,
-                                    LOGS=S.bit_length() - 1, VAR=var, REPS=reps, PROF=prof_on, num_warps=nw)
+                                    VAR=var, REPS=reps, PROF=prof_on, num_warps=nw)
         except Exception as e:
             print(f"  {name}: failed {repr(e)[:300]}", flush=True)
             continue

@@ -40,36 +40,6 @@ def _ranks_gather(score_prev, lp_row, cap, m_prev, K, ts, tsub, teq, NP: tl.cons
 
 
 @triton.jit
-def _multiway_level(R, s, c, o, lp_row, ts, tsub, teq, LOGKP: tl.constexpr, B: tl.constexpr, SHIFT: tl.constexpr):
-    """One level: B - 1 independent probes R + (j + 1) << SHIFT; R grows by (live probes) << SHIFT."""
-    j = tl.arange(0, B)
-    nxt = R[:, None] + ((j + 1) << SHIFT)[None, :]
-    ok = (nxt <= c[:, None]) & (j < B - 1)[None, :]
-    x = s[:, None] + _clean_lp(tl.load(lp_row + nxt - 1, mask=ok, other=0.0))
-    pk = (o << LOGKP)[:, None] | (nxt - 1)
-    cnt = tl.sum((ok & _live(x, pk, ts, tsub, teq)).to(tl.int32), axis=1)
-    return R + (cnt << SHIFT)
-
-
-@triton.jit
-def _ranks_multiway(score_prev, lp_row, cap, m_prev, ts, tsub, teq, NP: tl.constexpr, LOGKP: tl.constexpr,
-                    BITS: tl.constexpr):
-    """R's LOGKP + 1 bits found BITS at a time: 2^BITS - 1 independent probes per level (the
-    first level takes the remainder), so ceil((LOGKP + 1) / BITS) dependent rounds."""
-    o = tl.arange(0, NP)
-    hv = o < m_prev
-    s = tl.load(score_prev + o, mask=hv, other=float("-inf"))
-    c = tl.where(hv, cap, 0)
-    R = tl.zeros([NP], tl.int32)
-    NLEV: tl.constexpr = (LOGKP + 1 + BITS - 1) // BITS
-    FIRST: tl.constexpr = LOGKP + 1 - BITS * (NLEV - 1)
-    R = _multiway_level(R, s, c, o, lp_row, ts, tsub, teq, LOGKP, 1 << FIRST, BITS * (NLEV - 1))
-    for lev in tl.static_range(1, NLEV):
-        R = _multiway_level(R, s, c, o, lp_row, ts, tsub, teq, LOGKP, 1 << BITS, BITS * (NLEV - 1 - lev))
-    return R
-
-
-@triton.jit
 def _ranks_kernel(score_ptr, row_ptr, cap_ptr, ts_ptr, tsub_ptr, out_ptr, prof, m_prev, K, teq,
                   NP: tl.constexpr, LOGKP: tl.constexpr, VAR: tl.constexpr, BITS: tl.constexpr,
                   REPS: tl.constexpr, PROF: tl.constexpr):
@@ -91,8 +61,8 @@ def _ranks_kernel(score_ptr, row_ptr, cap_ptr, ts_ptr, tsub_ptr, out_ptr, prof, 
             R = R + (tl.max(pre, axis=0) > 1.0e30).to(tl.int32)
         elif VAR == 2:
             R = _ranks_gather(score_ptr, row_ptr, cap, m_prev, K, ts, tsub, teq, NP, LOGKP)
-        else:
-            R = _ranks_multiway(score_ptr, row_ptr, cap, m_prev, ts, tsub, teq, NP, LOGKP, BITS)
+        else:  # the package's multi-way search (beam_prune_triton(rank_bits=BITS))
+            R = _survivor_ranks(score_ptr, row_ptr, cap, m_prev, ts, tsub, teq, NP, LOGKP, BITS)
         tl.store(out_ptr + rep * NP + o, R)
         acc += R
     if PROF:
