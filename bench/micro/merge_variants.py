@@ -8,7 +8,7 @@ GPU each is timed with clock64. CPU check: TRITON_INTERPRET=1 python3 bench/micr
 import sys, torch, triton
 import triton.language as tl
 sys.path.insert(0, ".")
-from patchsets.ddtree.modules.ddtree_kernels import _count_below, _merge_keys, _MAXKEY
+from patchsets.ddtree.modules.ddtree_kernels import _count_below, _merge_keys, _scatter_slots, _MAXKEY
 
 
 @triton.jit
@@ -26,15 +26,7 @@ def _merge_count(A, key, m, scr, N, NP: tl.constexpr, S: tl.constexpr, LOGNP: tl
     tl.debug_barrier()
     rt = tl.sum((T[None, :] < T[:, None]).to(tl.int32), axis=1)
     ca = tl.sum((T[None, :] < A[:, None]).to(tl.int32), axis=1)
-    pa = o + ca
-    pt = rt + _count_below(scr, T, NP)
-    tl.debug_barrier()
-    tl.store(scr + pa, A, mask=pa < NP)
-    tl.store(scr + pt, T, mask=(pt < NP) & (T != _MAXKEY))
-    tl.debug_barrier()
-    out = tl.load(scr + o)
-    tl.debug_barrier()
-    return out
+    return _scatter_slots(scr, A, o + ca, T, rt + _count_below(scr, T, NP), NP)
 
 
 @triton.jit

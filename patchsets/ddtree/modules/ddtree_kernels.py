@@ -834,13 +834,19 @@ def _merge_path(A, T, mscr, N, NP: tl.constexpr, S: tl.constexpr):
     tl.store(mscr + o, A)
     tl.store(mscr + NP + ot, T)
     tl.debug_barrier()
-    pa = o + _count_below(mscr + NP, A, S)
-    pt = ot + _count_below(mscr, T, NP)
+    return _scatter_slots(mscr, A, o + _count_below(mscr + NP, A, S), T, ot + _count_below(mscr, T, NP), NP)
+
+
+@triton.jit
+def _scatter_slots(mscr, A, pa, T, pt, NP: tl.constexpr):
+    """The NP lanes of a merge whose keys know their slots (pa for A, pt for T's valid keys; the
+    slots of distinct keys are distinct): scattered into mscr (after a barrier, so that earlier
+    reads of it are done) and read back in slot order."""
     tl.debug_barrier()
     tl.store(mscr + pa, A, mask=pa < NP)
     tl.store(mscr + pt, T, mask=(pt < NP) & (T != _MAXKEY))
     tl.debug_barrier()
-    out = tl.load(mscr + o)
+    out = tl.load(mscr + tl.arange(0, NP))
     tl.debug_barrier()
     return out
 
