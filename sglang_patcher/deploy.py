@@ -634,10 +634,15 @@ class StatusReport:
     lock: dict[str, Any] | None
     patchset: str | None = None
     revision: int | None = None
+    damaged: list[str] = field(default_factory=list)  # damaged records' paths on the host
 
     @property
     def overall(self) -> str:
-        """pristine | patched | mixed | drifted | pending (an interrupted deployment) | unknown."""
+        """pristine | patched | mixed | drifted | pending (an interrupted deployment) | unknown, or
+        damaged (a journal or deployment record on the host cannot be read: apply and rollback
+        refuse until it is restored or moved aside)."""
+        if self.damaged:
+            return "damaged"
         if self.journal:
             return "pending"
         if not self.files:
@@ -664,7 +669,8 @@ class StatusReport:
                 "patchset": self.patchset, "revision": self.revision,
                 "files": [f.to_json() for f in self.files],
                 "deployments": [_record_summary(d) for d in self.deployments],
-                "journal": _record_summary(self.journal) if self.journal else None, "lock": self.lock}
+                "journal": _record_summary(self.journal) if self.journal else None, "lock": self.lock,
+                "damaged": list(self.damaged)}
 
     def __rich__(self):
         from rich.console import Group
@@ -672,6 +678,9 @@ class StatusReport:
         from rich.text import Text
 
         parts: list[Any] = [Text(f"{self.host} (sglang {self.sglang_version}): {self.overall}", style="bold")]
+        if self.damaged:
+            parts.append(Text(f"  damaged deployment record(s): {', '.join(self.damaged)} — apply and rollback "
+                              f"refuse until they are fixed; {_damaged_hint(self.host)}", style="bold red"))
         if self.journal:
             parts.append(Text(f"  pending: deployment {self.journal.get('id')} interrupted in phase "
                               f"{self.journal.get('phase')} — run apply again or rollback", style="yellow"))
@@ -1034,22 +1043,36 @@ def apply_to_host(transport: Transport, host: Any, info: Any, patchset: Any, *, 
 
 # ------------------------------------------------------------------------------------ rollback
 
-def check_host_records(name: str, answer: dict[str, Any]) -> None:
-    """Refuse to act on damaged host records (a journal or deployment record that is not valid JSON
-    or lacks its id/phase): :class:`StateError` naming the file and what to do. ``answer`` is an agent
-    ``inspect`` or ``history`` answer."""
+def _is_damaged(record: dict[str, Any]) -> bool:
+    """A journal or deployment record the agent could not parse, or one without its id / phase."""
+    return bool(record.get("unreadable") or not record.get("id") or not record.get("phase"))
+
+
+def damaged_records(answer: dict[str, Any]) -> list[str]:
+    """The damaged records of an agent ``inspect`` or ``history`` answer (``_is_damaged``): their
+    paths on the host (the journal first)."""
     damaged = []
     j = answer.get("journal")
-    if j is not None and (j.get("unreadable") or not j.get("id") or not j.get("phase")):
+    if j is not None and _is_damaged(j):
         damaged.append(j.get("path") or f"{answer.get('state_dir', '<state dir>')}/journal.json")
     for d in answer.get("deployments", []):
-        if d.get("unreadable") or not d.get("id") or not d.get("phase"):
+        if _is_damaged(d):
             damaged.append(d.get("path") or f"record {d.get('id', '?')}")
+    return damaged
+
+
+def _damaged_hint(name: str) -> str:
+    return (f"restore them from the local copies under {sglpatch_home() / 'deployments' / safe_component(name)} "
+            "if present, else move them aside (the files' states are in `sglpatch status`)")
+
+
+def check_host_records(name: str, answer: dict[str, Any]) -> None:
+    """Refuse to act on damaged host records (``damaged_records``): :class:`StateError` naming
+    the files and what to do. ``answer`` is an agent ``inspect`` or ``history`` answer."""
+    damaged = damaged_records(answer)
     if damaged:
         raise StateError(f"{name}: damaged deployment record(s) on the host: {', '.join(damaged)}",
-                         hint="restore them from the local copies under "
-                              f"{sglpatch_home() / 'deployments' / safe_component(name)} if present, "
-                              "else move them aside and check the files with `sglpatch status`")
+                         hint=_damaged_hint(name))
 
 
 def _refuse_downgrade(name: str, answer: dict[str, Any], patchset: Any) -> None:
@@ -1204,5 +1227,9 @@ def host_status(transport: Transport, host: Any, info: Any, patchset: Any = None
                         fs.revision = ds[-1].get("revision") if ds else rev
                     break
         files.append(fs)
-    return StatusReport(host=name, sglang_version=version, files=files, deployments=deployments,
-                        journal=ins.get("journal"), lock=ins.get("lock"), patchset=ps_name, revision=ps_rev)
+    damaged = damaged_records(ins)
+    journal = ins.get("journal")
+    return StatusReport(host=name, sglang_version=version, files=files,
+                        deployments=[d for d in deployments if not _is_damaged(d)],
+                        journal=None if journal is None or _is_damaged(journal) else journal, lock=ins.get("lock"),
+                        patchset=ps_name, revision=ps_rev, damaged=damaged)

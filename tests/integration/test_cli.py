@@ -429,11 +429,24 @@ def test_damaged_host_records_are_one_clear_error(capsys, tmp_path, sglpatch_hom
         code, data, _ = run_json(capsys, *h, *cmd)
         assert code == 10, data
         assert "damaged deployment record" in data["error"] and "journal.json" in data["error"]
+        assert "sglpatch status" in data["hint"]
+    # status, where the hint sends the user, names the damaged record (not a bogus "pending")
+    code, data, _ = run_json(capsys, *h, "status", "--host", "here")
+    assert code == 0 and data["overall"] == "damaged" and data["journal"] is None, data
+    assert [p.endswith("journal.json") for p in data["damaged"]] == [True]
+    code, out, _ = run_cli(capsys, *h, "status", "--host", "here")
+    assert code == 0 and "damaged deployment record" in out and "journal.json" in out, out
     (state / "journal.json").unlink()
     rec = next((state / "deployments").glob("*.json"))
     rec.write_text("{broken")
     code, data, _ = run_json(capsys, *h, "rollback", "--host", "here")
     assert code == 10 and rec.name in data["error"], data
+    code, data, _ = run_json(capsys, *h, "status", "--host", "here")
+    assert data["overall"] == "damaged" and [p.endswith(rec.name) for p in data["damaged"]] == [True], data
+    assert all(d["id"] for d in data["deployments"])
+    rec.unlink()  # moved aside: status is whole again
+    code, data, _ = run_json(capsys, *h, "status", "--host", "here")
+    assert data["damaged"] == [] and data["overall"] != "damaged", data
 
 
 def test_rollback_with_nothing_deployed_says_so_and_where_to_look(capsys, tmp_path, sglpatch_home,
