@@ -25,6 +25,14 @@ def hosts_cmd(app: AppContext, check: bool, tag: str | None) -> None:
     else:  # a file that exists is read, and any problem in it reported
         inv = app.inventory()
         hosts = inv.with_tag(tag) if tag else [inv.get(n) for n in inv.names()]
+        if not hosts:  # an empty file (or an unused tag) is allowed, but say what to do
+            if tag and inv.names():
+                tags = sorted({t for n in inv.names() for t in inv.get(n).tags})
+                app.err.print(f"{inv.path}: no host is tagged {tag!r} (tags in use: "
+                              f"{', '.join(tags) or 'none'})", markup=False)
+            else:
+                app.err.print(f"{inv.path}: no hosts — add one under `hosts:` (the repository's hosts.yaml "
+                              "shows the format); `--host sandbox` needs no inventory entry", markup=False)
     if not check:
         app.result(service.InventoryListing(hosts))
         return

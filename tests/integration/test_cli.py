@@ -584,3 +584,19 @@ def test_output_that_cannot_be_written_is_one_clear_error(tmp_path, sglpatch_hom
                                stderr=subprocess.PIPE, text=True, cwd=tmp_path, timeout=120)
         assert p.returncode == 1, p.stderr
         assert "No space left on device" in p.stderr and "Traceback" not in p.stderr, p.stderr
+
+
+def test_hosts_with_an_empty_inventory_or_unused_tag_says_what_to_do(capsys, tmp_path, sglpatch_home):
+    """An empty hosts.yaml is allowed (exit 0, valid JSON) but not silent: stderr says it has no
+    hosts and how to add one; a tag no host carries names the tags in use."""
+    empty = tmp_path / "hosts.yaml"
+    empty.write_text("")
+    code, data, err = run_json(capsys, "--hosts", str(empty), "hosts")
+    assert code == 0 and data == {"hosts": [], "ok": True}
+    assert f"{empty}: no hosts" in err and "add one under `hosts:`" in err
+    code, out, err = run_cli(capsys, "--hosts", str(empty), "hosts")
+    assert code == 0 and "no hosts" in err
+    repo_hosts = str(Path(__file__).resolve().parents[2] / "hosts.yaml")
+    code, data, err = run_json(capsys, "--hosts", repo_hosts, "hosts", "--tag", "no-such-tag")
+    assert code == 0 and data["hosts"] == [] and "no host is tagged 'no-such-tag'" in err and "tags in use" in err
+
