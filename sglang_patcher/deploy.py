@@ -173,6 +173,8 @@ _HINTS = {
     "not_resumable": "roll the interrupted deployment back: `sglpatch rollback --host HOST`",
     "not_latest": "roll back the later deployments first (or pass the earliest id to --to)",
     "rollback_failed": "inspect the host's .sglpatch/ journal and backups; rerun the rollback",
+    "backup_missing": "put the named backups back on the host (a local copy may be under $SGLPATCH_HOME/backups/), "
+                      "then rerun the rollback; nothing was restored",
     "push_failed": "rerun the apply; nothing was left half-written",
 }
 
@@ -219,7 +221,7 @@ class AgentClient:
             raise AgentLockHeldError(msg, kind=kind, details=details, hint=hint)
         if kind == "drift":
             raise AgentDriftError(msg, kind=kind, details=details, hint=hint)
-        if kind in ("not_found", "rollback_failed"):
+        if kind in ("not_found", "rollback_failed", "backup_missing"):
             raise AgentStateError(msg, kind=kind, details=details, hint=hint)
         raise AgentError(msg, kind=kind, details=details, hint=hint)
 
@@ -1141,13 +1143,32 @@ def rollback_host(transport: Transport, host: Any, info: Any, deployment_id: str
     for d in todo:
         holder = make_holder(d["id"])
         progress("rollback", f"{d['id']} ({d.get('patchset')} r{d.get('revision')}, {len(d.get('files', {}))} files)")
-        out = agent.rollback(d["id"], holder, break_lock=takeover, force=force)
+        try:
+            out = agent.rollback(d["id"], holder, break_lock=takeover, force=force)
+        except AgentStateError as exc:
+            if exc.kind == "backup_missing":
+                exc.hint = _missing_backups_hint(home, name, d["id"], exc.details.get("backups", {}))
+            raise
         (already if out.get("already") else rolled).append(d["id"])
         save_local_record(home, name, out["deployment"])
         for p, f in out["deployment"].get("files", {}).items():
             final[p] = f.get("before")
     return RollbackResult(host=name, rolled_back=rolled, files=final, already=already,
                           round_trips=transport.round_trips - rt0, seconds=time.monotonic() - t0)
+
+
+def _missing_backups_hint(home: Path, host: str, deployment_id: str, backups: dict[str, str]) -> str:
+    """What to do when the host lost backups of a deployment: the local copies that
+    ``save_local_record`` kept (under $SGLPATCH_HOME/backups/HOST/ID/), each with where it goes."""
+    bdir = _local_paths(home, host, deployment_id)[1]
+    have = {rel: bdir / rel for rel in backups if (bdir / rel).is_file()}
+    lines = [f"copy {have[rel]} to {host}:{backups[rel]}" for rel in sorted(have)]
+    lost = sorted(set(backups) - set(have))
+    text = ("; ".join(lines) + " (e.g. with scp), then rerun `sglpatch rollback --host " + host + "`") if lines else ""
+    if lost:
+        text += ("; " if text else "") + (f"no local copy of {', '.join(lost)} either: reinstall the SGLang release "
+                                          "on the host or restore those files by hand, then check `sglpatch status`")
+    return text + "; nothing was restored"
 
 
 # -------------------------------------------------------------------------------------- status

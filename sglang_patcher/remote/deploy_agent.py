@@ -638,8 +638,31 @@ def commit(h, did, plan, resume=False):
         purge_bytecode(h.target(rel))
 
 
+def check_backups(h, did, plan):
+    """Before any file is restored: every backup the restore will read exists and has its recorded
+    sha256. Raises Fail(backup_missing) naming each missing or wrong one (backups: {rel: path});
+    nothing is written."""
+    bad = {}
+    for rel, e in sorted(plan.items()):
+        if e["before"] is None:
+            continue
+        live = file_info(h.target(rel))
+        if live["sha256"] == e["before"] and live.get("mode") == e["orig_mode"]:
+            continue
+        bpath = h.backup_for(did, rel)
+        if not os.path.isfile(bpath):
+            bad[rel] = bpath
+        elif sha256_file(bpath) != e["before"]:
+            bad[rel] = bpath
+    if bad:
+        raise Fail("backup_missing", "%d backup(s) of deployment %s are missing or damaged on the host: %s; "
+                   "nothing was restored" % (len(bad), did, ", ".join(sorted(bad.values()))), backups=bad)
+
+
 def restore_plan(h, did, plan, created_dirs):
-    """Put every file of ``plan`` back to its ``before`` state (idempotent), then verify by hash."""
+    """Put every file of ``plan`` back to its ``before`` state (idempotent), then verify by hash.
+    Checks every needed backup first (``check_backups``), so a missing one restores nothing."""
+    check_backups(h, did, plan)
     dirs = set()
     for rel, e in plan.items():
         t = h.target(rel)
@@ -798,6 +821,11 @@ def op_rollback(a):
                 with open(t, "rb") as f:
                     write_atomic(keep, f.read())
                 rec.setdefault("drift_kept", {})[rel] = keep
+    try:
+        check_backups(h, did, rec["files"])
+    except Fail:
+        h.release(holder, force=True)
+        raise
     if rec.get("phase") != "rolling_back":
         rec["rolled_back_from"] = rec.get("phase")
     h.set_phase(rec, "rolling_back")

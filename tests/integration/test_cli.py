@@ -600,3 +600,41 @@ def test_hosts_with_an_empty_inventory_or_unused_tag_says_what_to_do(capsys, tmp
     code, data, err = run_json(capsys, "--hosts", repo_hosts, "hosts", "--tag", "no-such-tag")
     assert code == 0 and data["hosts"] == [] and "no host is tagged 'no-such-tag'" in err and "tags in use" in err
 
+
+def test_a_missing_host_backup_restores_nothing_and_names_the_local_copy(capsys, tmp_path, sglpatch_home,
+                                                                         local_target):
+    """A backup lost on the host: rollback refuses before touching any file (no half-restored
+    install, no journal, no lock left), exit 10, and the hint says where the local copy is and
+    where it goes; once it is back, the rollback completes."""
+    import shutil
+
+    from sglang_patcher.inventory import Host
+
+    hosts = write_hosts(tmp_path / "hosts.yaml",
+                        Host(name="here", transport="local", python=str(local_target)))
+    h = ["--hosts", str(hosts)]
+    assert run_json(capsys, *h, "apply", "ddtree", "--host", "here", "--yes")[0] == 0
+    sp = local_target.site_packages
+    state = sp / ".sglpatch"
+    did = next((state / "deployments").glob("*.json")).stem
+    lost = state / "backups" / did / "sglang" / "srt" / "speculative" / "spec_utils.py"
+    assert lost.is_file()
+    saved = lost.read_bytes()
+    lost.unlink()
+    before = {p: p.read_bytes() for p in (sp / "sglang").rglob("*.py")}
+    code, data, _ = run_json(capsys, *h, "rollback", "--host", "here")
+    assert code == 10, data
+    assert str(lost) in data["error"] and "nothing was restored" in data["error"]
+    local_copy = sglpatch_home / "backups" / "here" / did / "sglang" / "srt" / "speculative" / "spec_utils.py"
+    assert local_copy.read_bytes() == saved
+    assert f"copy {local_copy} to here:{lost}" in data["hint"], data["hint"]
+    assert {p: p.read_bytes() for p in (sp / "sglang").rglob("*.py")} == before, "nothing restored"
+    assert not (state / "journal.json").exists() and not (state / "lock").exists()
+    code, data, _ = run_json(capsys, *h, "status", "--host", "here")
+    assert data["overall"] == "patched", data
+    shutil.copyfile(local_copy, lost)  # what the hint says
+    code, data, _ = run_json(capsys, *h, "rollback", "--host", "here")
+    assert code == 0, data
+    code, data, _ = run_json(capsys, *h, "status", "--host", "here")
+    assert data["overall"] == "pristine", data
+
