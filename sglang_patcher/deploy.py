@@ -784,6 +784,25 @@ def save_local_record(home: Path, host: str, record: dict[str, Any],
     return rec_path
 
 
+def check_local_writable(home: Path, host: str) -> None:
+    """Before a host is changed: the local copies of its records and backups can be written
+    ($SGLPATCH_HOME/deployments/HOST and backups/HOST, created if missing; a probe file is written
+    and removed). Raises DeployError (exit 8) naming the directory, so nothing is pushed that
+    could not be recorded here."""
+    rec_dir, bdir = (p.parent for p in _local_paths(home, host, "probe"))
+    for d in (rec_dir, bdir):
+        probe = d / f".sglpatch-probe-{os.getpid()}"
+        try:
+            d.mkdir(parents=True, exist_ok=True)
+            probe.write_bytes(b"")
+            probe.unlink()
+        except OSError as exc:
+            raise DeployError(f"{host}: cannot write the local deployment records in {d} ({exc.strerror or exc}); "
+                              "nothing was changed on the host",
+                              hint="fix that directory's permissions, or point SGLPATCH_HOME at a writable "
+                                   "absolute path, then rerun") from exc
+
+
 # -------------------------------------------------------------------------------------- pieces
 
 def _agent_for(transport: Transport, host: Any, info: Any) -> AgentClient:
@@ -972,6 +991,8 @@ def apply_to_host(transport: Transport, host: Any, info: Any, patchset: Any, *, 
                             round_trips=transport.round_trips - rt0, seconds=time.monotonic() - t0, **kw)
 
     j = ins.get("journal")
+    if not dry_run:  # every path below may change the host: its local records must be writable
+        check_local_writable(home, name)
     if j is not None and dry_run:
         recovered.append(f"deployment {j.get('id')} ({j.get('patchset')} r{j.get('revision')}) was interrupted "
                          f"in phase {j.get('phase')}; a real run resumes it (same patchset and revision) or "
@@ -1136,6 +1157,8 @@ def rollback_host(transport: Transport, host: Any, info: Any, deployment_id: str
         todo = [d for d in todo if d is first or set(d.get("files", {})) & set(first.get("files", {}))]
         todo.reverse()
     takeover = _lock_takeover(name, hist.get("lock"), break_lock, "cannot roll back")
+    if todo:
+        check_local_writable(home, name)
     rolled, already = [], []
     final: dict[str, str | None] = {}
     if deployment_id is not None and not todo:

@@ -638,3 +638,39 @@ def test_a_missing_host_backup_restores_nothing_and_names_the_local_copy(capsys,
     code, data, _ = run_json(capsys, *h, "status", "--host", "here")
     assert data["overall"] == "pristine", data
 
+
+def test_unwritable_local_records_stop_apply_and_rollback_before_the_host_changes(capsys, tmp_path,
+                                                                                  sglpatch_home, local_target):
+    """The local copies of records and backups are written after the host changes; when they
+    cannot be (here: backups/HOST is a file), apply and rollback refuse first (exit 8, naming the
+    directory) and the host is untouched — not pushed and left pending with a generic error."""
+    from sglang_patcher.inventory import Host
+
+    hosts = write_hosts(tmp_path / "hosts.yaml",
+                        Host(name="here", transport="local", python=str(local_target)))
+    h = ["--hosts", str(hosts)]
+    sp = local_target.site_packages
+    before = {p: p.read_bytes() for p in (sp / "sglang").rglob("*.py")}
+    blocker = sglpatch_home / "backups" / "here"
+    blocker.parent.mkdir(parents=True, exist_ok=True)
+    blocker.write_text("not a directory")
+    code, data, _ = run_json(capsys, *h, "apply", "ddtree", "--host", "here", "--yes")
+    assert code == 8 and str(blocker) in data["error"] and "nothing was changed" in data["error"], data
+    assert {p: p.read_bytes() for p in (sp / "sglang").rglob("*.py")} == before
+    assert not (sp / ".sglpatch" / "journal.json").exists() and not (sp / ".sglpatch" / "lock").exists()
+    assert run_json(capsys, *h, "apply", "ddtree", "--host", "here", "--dry-run")[0] == 0  # only looks
+    blocker.unlink()
+    assert run_json(capsys, *h, "apply", "ddtree", "--host", "here", "--yes")[0] == 0
+    patched = {p: p.read_bytes() for p in (sp / "sglang").rglob("*.py")}
+    rec_dir = sglpatch_home / "deployments" / "here"
+    moved = rec_dir.with_name("here.moved")
+    rec_dir.rename(moved)
+    rec_dir.write_text("not a directory")
+    code, data, _ = run_json(capsys, *h, "rollback", "--host", "here")
+    assert code == 8 and str(rec_dir) in data["error"], data
+    assert {p: p.read_bytes() for p in (sp / "sglang").rglob("*.py")} == patched
+    rec_dir.unlink()
+    moved.rename(rec_dir)
+    assert run_json(capsys, *h, "rollback", "--host", "here")[0] == 0
+    assert {p: p.read_bytes() for p in (sp / "sglang").rglob("*.py")} == before
+
