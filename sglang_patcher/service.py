@@ -110,8 +110,10 @@ class HostsCheckReport:
             t.add_column(col)
         for c in self.checks:
             if c.error is not None:
-                t.add_row(c.host.name, c.host.python, "-", "-", "-", "-",
-                          Text(c.error.message, style="red"))
+                status = Text(c.error.message, style="red")
+                if c.error.hint:  # what to do (e.g. the ssh-keyscan line), as with --json
+                    status.append(f"\nhint: {c.error.hint}", style="yellow")
+                t.add_row(c.host.name, c.host.python, "-", "-", "-", "-", status)
                 continue
             i = c.info
             t.add_row(c.host.name, f"{i.interpreter} ({i.python_version})", str(i.sglang_version),

@@ -369,6 +369,9 @@ def test_hosts_check_exits_non_zero_when_a_host_fails(capsys, tmp_path, sglpatch
     code, data, _ = run_json(capsys, "--hosts", str(hosts), "hosts", "--check")
     assert code == 6, data
     assert data["hosts"]["good"]["ok"] is True and data["hosts"]["bad"]["ok"] is False
+    hint = data["hosts"]["bad"]["hint"]
+    code, out, _ = run_cli(capsys, "--hosts", str(hosts), "hosts", "--check")
+    assert code == 6 and "hint:" in out and (not hint or hint.split()[0] in out), out  # the table shows it too
 
 
 def test_an_interpreter_that_is_not_python_is_named_without_the_payload(capsys, tmp_path, sglpatch_home):
