@@ -4,7 +4,7 @@
 # Usage (repo root):  OUT=/some/dir [DDTREE_TESTS="files..."] bash tests/gpu/run_gpu_tests.sh [pytest args...]
 # Needs: python3 with CUDA torch + Triton. For the SGLang proofs, put the sglang 0.5.23 wheel in
 # .gpu/ and the cp312 wheels of its import-time deps (and pytest/hypothesis if missing) in .whl/
-# (both git-ignored; see ../shared/design/gpu-testing.md). Results go to $OUT.
+# (both git-ignored; tests/gpu/README.md says how to fetch them). Results go to $OUT.
 set -uo pipefail
 REPO="$(cd "$(dirname "$0")/../.." && pwd)"
 cd "$REPO"
