@@ -14,7 +14,9 @@ of dead processes are removed on the next call. Downloads go to a temporary dire
 half-downloaded wheel is never taken for a cached one.
 
 Errors: a version that is not on PyPI (or has no wheel for this Python/platform), a pip failure, a
-corrupt wheel or a RECORD mismatch raise :class:`PatchsetError` with the reason and what to do.
+corrupt wheel or a RECORD mismatch raise :class:`PatchsetError` with the reason and what to do; an
+index that lists no sglang release at all (unreachable, or the wrong one) raises
+:class:`TransportError` (exit 5), since no version could be found there.
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ from packaging.tags import sys_tags
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
-from .errors import PatchsetError
+from .errors import PatchsetError, TransportError
 from .manifest import FileEntry, Manifest, read_record, sha256_bytes, sha256_file
 from .state import safe_component, sglpatch_home
 
@@ -189,6 +191,16 @@ def _download(version: str, wheels: Path) -> Path:
             if "No matching distribution found" in out or "Could not find a version" in out:
                 m = re.search(r"\(from versions: ([^)]*)\)", out)
                 known = [v.strip() for v in m.group(1).split(",")] if m else []
+                if known in ([], ["none"]):  # sglang has many releases: pip reached no index that has them
+                    net = [ln.strip() for ln in out.splitlines()
+                           if re.search(r"Connection|connection|resolution|Name or service|Proxy|SSL|timed out", ln)]
+                    raise TransportError(
+                        f"pip listed no sglang release at all while looking for sglang=={version}: the package "
+                        "index is unreachable, or configured to one without sglang"
+                        + (f" ({net[-1][:300]})" if net else ""),
+                        hint="check the network and pip's index settings (`pip config list`, PIP_INDEX_URL, "
+                             "a proxy); offline, PIP_FIND_LINKS can point pip at a directory holding the "
+                             f"sglang-{version} wheel")
                 tail = f"; latest known: {', '.join(known[-5:])}" if known and known != ["none"] else ""
                 raise PatchsetError(
                     f"sglang=={version} is not on PyPI (or has no wheel for Python "

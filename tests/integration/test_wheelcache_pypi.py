@@ -83,6 +83,26 @@ def test_version_not_on_pypi_is_one_clear_error(tmp_path, tree):
     assert not any(wheels_dir(tmp_path).iterdir())             # no half download left
 
 
+def test_an_unreachable_index_is_named_as_such_not_as_a_missing_version(tmp_path, monkeypatch):
+    """pip reaching no index lists no sglang release at all: that is exit 5 (the index), not
+    'not on PyPI' with a hint to pick another version; nothing is left in the cache."""
+    from sglang_patcher.errors import TransportError
+
+    links = tmp_path / "links"
+    links.mkdir()
+    for k, v in {"PIP_CONFIG_FILE": os.devnull, "PIP_INDEX_URL": "http://127.0.0.1:9/simple",
+                 "PIP_FIND_LINKS": str(links), "PIP_RETRIES": "0", "PIP_TIMEOUT": "3",
+                 "PIP_DEFAULT_TIMEOUT": "3"}.items():
+        monkeypatch.setenv(k, v)
+    with pytest.raises(TransportError) as exc:
+        pristine_tree(V, home=tmp_path / "home")
+    assert exc.value.exit_code == 5
+    msg, hint = str(exc.value), exc.value.hint or ""
+    assert f"sglang=={V}" in msg and "index is unreachable" in msg and "not on PyPI" not in msg, msg
+    assert "PIP_INDEX_URL" in hint and "PIP_FIND_LINKS" in hint
+    assert not any(wheels_dir(tmp_path / "home").iterdir())
+
+
 @pytest.mark.skipif(not (REPO / "patchsets/ddtree/patchset.yaml").is_file(),
                     reason="patchsets/ddtree/patchset.yaml is not written yet")
 def test_ddtree_renders_cleanly_on_the_release(tree):
