@@ -637,11 +637,12 @@ class StatusReport:
     patchset: str | None = None
     revision: int | None = None
     damaged: list[str] = field(default_factory=list)  # damaged records' paths on the host
+    older_revision: int | None = None  # judged against a patchset: the earlier revision installed whole
 
     @property
     def overall(self) -> str:
-        """pristine | patched | mixed | drifted | pending (an interrupted deployment) | unknown, or
-        damaged (a journal or deployment record on the host cannot be read: apply and rollback
+        """pristine | patched | mixed | drifted | pending (an interrupted deployment) | unknown,
+        older (judged against a patchset: one earlier revision of it, whole), or damaged (a journal or deployment record on the host cannot be read: apply and rollback
         refuse until it is restored or moved aside)."""
         if self.damaged:
             return "damaged"
@@ -661,6 +662,8 @@ class StatusReport:
         if self.patchset is not None:   # judged against one patchset: every file at its revision
             if all(f.state == "patched" and f.revision in (None, self.revision) for f in self.files):
                 return "patched"
+            if self.older_revision is not None:
+                return "older"
             return "mixed"
         if held and rest_ok and all(f.state == "patched" for f in held):
             return "patched"
@@ -672,14 +675,16 @@ class StatusReport:
                 "files": [f.to_json() for f in self.files],
                 "deployments": [_record_summary(d) for d in self.deployments],
                 "journal": _record_summary(self.journal) if self.journal else None, "lock": self.lock,
-                "damaged": list(self.damaged)}
+                "damaged": list(self.damaged), "older_revision": self.older_revision}
 
     def __rich__(self):
         from rich.console import Group
         from rich.table import Table
         from rich.text import Text
 
-        parts: list[Any] = [Text(f"{self.host} (sglang {self.sglang_version}): {self.overall}", style="bold")]
+        overall = self.overall + (f" (r{self.older_revision} of {self.patchset}; r{self.revision} is the newest: "
+                                  f"`sglpatch apply {self.patchset}` upgrades)" if self.overall == "older" else "")
+        parts: list[Any] = [Text(f"{self.host} (sglang {self.sglang_version}): {overall}", style="bold")]
         if self.damaged:
             parts.append(Text(f"  damaged deployment record(s): {', '.join(self.damaged)} — apply and rollback "
                               f"refuse until they are fixed; {_damaged_hint(self.host)}", style="bold red"))
@@ -1251,6 +1256,10 @@ def host_status(transport: Transport, host: Any, info: Any, patchset: Any = None
         for d in recs:
             for p in d.get("files", {}):
                 by_path_ps.setdefault(p, []).append(d)
+    # a file several revisions share is credited to the revision the host's records say is active
+    live_revs = [int(d.get("revision") or 0) for d in deployments
+                 if ps_name is not None and d.get("phase") in ACTIVE and d.get("patchset") == ps_name]
+    host_rev = max(live_revs) if live_revs else None
     files = []
     for p in sorted(paths):
         li = ins.get("files", {}).get(p, {})
@@ -1259,7 +1268,7 @@ def host_status(transport: Transport, host: Any, info: Any, patchset: Any = None
         if live == pristine_of.get(p):
             fs.state = "pristine" if live is not None else "absent"
         else:
-            for state, h, rev in known.get(p, []):
+            for state, h, rev in sorted(known.get(p, []), key=lambda e: e[2] != host_rev):
                 if h == live:
                     fs.state, fs.revision = state, rev
                     fs.expected = h
@@ -1271,9 +1280,16 @@ def host_status(transport: Transport, host: Any, info: Any, patchset: Any = None
                         fs.revision = ds[-1].get("revision") if ds else rev
                     break
         files.append(fs)
+    older = None
+    if patchset is not None:  # one earlier revision, whole: its files at it, the rest at rest
+        revs = {f.revision for f in files if f.state == "patched"}
+        r = next(iter(revs)) if len(revs) == 1 else None
+        if r is not None and r != ps_rev and r in hist and all(
+                (f.state == "patched") if f.path in hist[r] else f.state in ("pristine", "absent") for f in files):
+            older = r
     damaged = damaged_records(ins)
     journal = ins.get("journal")
     return StatusReport(host=name, sglang_version=version, files=files,
                         deployments=[d for d in deployments if not _is_damaged(d)],
                         journal=None if journal is None or _is_damaged(journal) else journal, lock=ins.get("lock"),
-                        patchset=ps_name, revision=ps_rev, damaged=damaged)
+                        patchset=ps_name, revision=ps_rev, damaged=damaged, older_revision=older)
