@@ -265,6 +265,11 @@ def _parse(text: str, source: str) -> tuple[list, list[str]]:
     if not ps:
         raise PatchsetError(f"{source}: contains no file diffs",
                             hint="a patch needs '--- a/PATH' / '+++ b/PATH' headers or 'diff --git' headers")
+    last = next((ln for ln in reversed(text.splitlines()) if ln.strip()), "")
+    if last.startswith(("--- ", "+++ ", "diff --git ", "@@ ")):  # unidiff drops such a trailing header
+        raise PatchsetError(f"{source}: ends in a header with nothing after it ({last[:100]!r}): the patch is "
+                            "cut off, and its last file would be silently left out",
+                            hint="regenerate the patch with `git diff` (or `diff -u`); do not edit hunk lines by hand")
     return list(ps), notes
 
 

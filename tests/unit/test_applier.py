@@ -322,6 +322,17 @@ def test_malformed_or_empty_patch_is_a_patchset_error(text):
         apply_patch(text, reader({}), source="bad.patch")
 
 
+@pytest.mark.parametrize("tail", ["--- a/sglang/y.py\n", "--- a/sglang/y.py\n+++ b/sglang/y.py\n",
+                                  "diff --git a/sglang/y.py b/sglang/y.py\n"])
+def test_a_patch_cut_off_after_a_file_header_is_refused(tail):
+    """unidiff parses the files before a trailing header and drops the header: a patch cut off
+    there would apply with its last file silently missing (and `patchset refresh` would pin that)."""
+    whole = udiff(P, b"a\nb\nc\n", b"a\nB\nc\n")
+    with pytest.raises(PatchsetError, match="cut.patch: ends in a header with nothing after it"):
+        apply_patch(whole + tail, reader({P: b"a\nb\nc\n"}), source="cut.patch")
+    assert apply_patch(whole, reader({P: b"a\nb\nc\n"}), source="whole.patch").files[P].new == b"a\nB\nc\n"
+
+
 # --------------------------------------------------------------------------------------- no newline at EOF
 
 def test_no_newline_on_old_side():
