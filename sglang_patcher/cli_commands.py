@@ -89,6 +89,9 @@ def apply_cmd(app: AppContext, patchset: str, host_name: str, dry_run: bool, yes
 
     result = service.apply_patchset(patchset, host, dry_run=dry_run, force=force,
                                     break_lock=break_lock, confirm=confirm, log=app.say)
+    if result.status == "aborted":  # declined at the prompt: the plan is on screen already
+        app.err.print(f"not deployed: nothing was changed on {host.name}", markup=False)
+        raise click.exceptions.Exit(1)
     app.result(result)
 
 

@@ -697,3 +697,26 @@ def test_status_against_the_patchset_names_an_older_revision_whole(capsys, tmp_p
     code, data, _ = run_json(capsys, *h, "status", "--host", "here", "--patchset", "ddtree")
     assert data["overall"] == "patched" and {f["revision"] for f in data["files"]} == {2}, data
 
+
+def test_declining_the_prompt_deploys_nothing_and_exits_1(capsys, tmp_path, sglpatch_home, local_target,
+                                                          monkeypatch):
+    """Answering no at 'Deploy to HOST?': the plan was shown once, nothing is written, stderr says
+    so and the exit code is 1 (a script sees that nothing was deployed)."""
+    import click
+
+    from sglang_patcher.inventory import Host
+
+    hosts = write_hosts(tmp_path / "hosts.yaml",
+                        Host(name="here", transport="local", python=str(local_target)))
+    sp = local_target.site_packages
+    before = {p: p.read_bytes() for p in (sp / "sglang").rglob("*.py")}
+    monkeypatch.setattr("sys.stdin.isatty", lambda: True)
+    asked = []
+    monkeypatch.setattr(click, "confirm", lambda text, **kw: asked.append(text) or False)
+    code, out, err = run_cli(capsys, "--hosts", str(hosts), "apply", "ddtree", "--host", "here")
+    assert code == 1 and asked == ["Deploy to here?"], (out, err)
+    assert "not deployed: nothing was changed on here" in err
+    assert out.count("spec_info.py") == 1, out  # the plan, once
+    assert {p: p.read_bytes() for p in (sp / "sglang").rglob("*.py")} == before
+    assert not (sp / ".sglpatch" / "lock").exists()
+
