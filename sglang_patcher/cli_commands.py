@@ -8,7 +8,7 @@ import click
 
 from . import service
 from .cli import AppContext, cli, pass_app
-from .errors import ConfigError
+from .errors import ConfigError, DriftError
 from .inventory import default_inventory_path
 
 
@@ -57,12 +57,16 @@ def snapshot_cmd(app: AppContext, host: str) -> None:
               help="Diff against the pristine PyPI wheel of this release (no SSH).")
 @pass_app
 def diff_cmd(app: AppContext, patchset: str, host_name: str | None, version: str | None) -> None:
-    """Show the unified diff PATCHSET would make (the CI dry-run). Exit 0 when it applies cleanly."""
+    """Show the unified diff PATCHSET would make (the CI dry-run). Exit 0 when it applies cleanly;
+    with --host, exit 7 when files on the host have drifted (apply would refuse them)."""
     if bool(host_name) == bool(version):
         raise ConfigError("diff needs exactly one of --host HOST or --sglang VERSION",
                           hint="e.g. `sglpatch diff ddtree --sglang 0.5.23`")
     host = app.host(host_name) if host_name else None
-    app.result(service.diff_patchset(patchset, host=host, version=version, log=app.say))
+    result = service.diff_patchset(patchset, host=host, version=version, log=app.say)
+    app.result(result)
+    if result.drifted:  # the diff is shown (from pristine copies), but apply would refuse: say so in the code
+        raise click.exceptions.Exit(DriftError.exit_code)
 
 
 @cli.command("apply")

@@ -219,7 +219,7 @@ def test_apply_dry_run_shows_the_plan_and_the_whole_diff_and_writes_nothing(caps
     assert not any(site.rglob(".*.sglpatch-*")), "nothing staged"
 
 
-def test_diff_against_a_host_names_the_files_apply_would_refuse_as_drifted(capsys, tmp_path, sglpatch_home,
+def test_diff_against_a_host_names_the_files_apply_would_refuse_as_drifted_and_exits_7(capsys, tmp_path, sglpatch_home,
                                                                            local_target):
     from sglang_patcher.inventory import Host
 
@@ -232,11 +232,11 @@ def test_diff_against_a_host_names_the_files_apply_would_refuse_as_drifted(capsy
     target = local_target.site_packages / p
     target.write_bytes(target.read_bytes() + b"\n# edited by hand on the host\n")
     code, data, err = run_json(capsys, "--hosts", str(hosts), "diff", "ddtree", "--host", "here")
-    assert code == 0, err
+    assert code == 7, err  # the diff is shown, but it does not apply cleanly: apply would refuse
     assert data["drifted"] == [p] and data["host_plan"] == "drift"
     assert "+    DDTREE = auto()" in data["diff"]
     code, out, err = run_cli(capsys, "--hosts", str(hosts), "diff", "ddtree", "--host", "here")
-    assert code == 0, err
+    assert code == 7, err
     assert "drifted on the host" in out and p in out
 
 
