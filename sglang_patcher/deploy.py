@@ -1015,9 +1015,9 @@ def apply_to_host(transport: Transport, host: Any, info: Any, patchset: Any, *, 
                     raise
         if resumed is not None:
             progress("resume", f"deployment {j['id']} was interrupted in phase {j.get('phase')}; verifying it")
-            save_local_record(home, name, resumed)
             plan = plan_apply(transport, host, info, patchset, pristine=pristine, agent=agent,
                               inspect=agent.inspect(sorted(paths)), home=home)
+            save_local_record(home, name, resumed, _backups_for_local(agent, plan, resumed))  # as a push does
             report = _verify_and_finish(agent, transport, host, info, patchset, resumed, holder, home, name,
                                         progress)
             recovered.append(f"resumed interrupted deployment {j['id']} (was {j.get('phase')}) and verified it")

@@ -252,6 +252,13 @@ def test_interrupted_apply_is_finished_or_undone_by_the_next_run(env, monkeypatc
     assert res.recovered and ("resumed" in res.recovered[0] or "rolled back" in res.recovered[0])
     st = host_status(env.t, env.host, env.info, env.ps)
     assert st.overall == "patched" and st.lock is None and st.journal is None
+    # a resumed deployment keeps local copies of its originals too (the backup_missing hint uses them)
+    did = res.deployment_id
+    rec = json.loads((env.home / "deployments" / env.host.name / f"{did}.json").read_text())
+    for p, f in rec["files"].items():
+        if f.get("before") is not None:
+            local = env.home / "backups" / env.host.name / did / p
+            assert hashlib.sha256(local.read_bytes()).hexdigest() == f["before"], p
 
 
 def test_lock_held_by_another_deploy_names_it_and_break_lock(env):
