@@ -804,8 +804,8 @@ def check_local_writable(home: Path, host: str) -> None:
         except OSError as exc:
             raise DeployError(f"{host}: cannot write the local deployment records in {d} ({exc.strerror or exc}); "
                               "nothing was changed on the host",
-                              hint="fix that directory's permissions, or point SGLPATCH_HOME at a writable "
-                                   "absolute path, then rerun") from exc
+                              hint="make it a writable directory (it may be a file, or lack permissions), or point "
+                                   "SGLPATCH_HOME at a writable absolute path, then rerun") from exc
 
 
 # -------------------------------------------------------------------------------------- pieces
@@ -1196,7 +1196,7 @@ def _missing_backups_hint(home: Path, host: str, deployment_id: str, backups: di
     if lost:
         text += ("; " if text else "") + (f"no local copy of {', '.join(lost)} either: reinstall the SGLang release "
                                           "on the host or restore those files by hand, then check `sglpatch status`")
-    return text + "; nothing was restored"
+    return text
 
 
 # -------------------------------------------------------------------------------------- status

@@ -251,6 +251,9 @@ class DiffReport:
             "drifted": list(self.drifted),
             "host_plan": self.host_plan,
             "diff": self.result.diff_text(),
+            # drift: the diff is shown, but apply would refuse (the command exits 7, DriftError's code)
+            "ok": not self.drifted,
+            **({"exit_code": 7} if self.drifted else {}),
         }
 
     def __rich__(self) -> Group:

@@ -194,10 +194,11 @@ def _download(version: str, wheels: Path) -> Path:
                 if known in ([], ["none"]):  # sglang has many releases: pip reached no index that has them
                     net = [ln.strip() for ln in out.splitlines()
                            if re.search(r"Connection|connection|resolution|Name or service|Proxy|SSL|timed out", ln)]
+                    where = [ln.strip() for ln in out.splitlines() if ln.startswith(("Looking in indexes", "Looking in links"))]
                     raise TransportError(
                         f"pip listed no sglang release at all while looking for sglang=={version}: the package "
                         "index is unreachable, or configured to one without sglang"
-                        + (f" ({net[-1][:300]})" if net else ""),
+                        + (f" ({'; '.join(where)})" if where else "") + (f" ({net[-1][:300]})" if net else ""),
                         hint="check the network and pip's index settings (`pip config list`, PIP_INDEX_URL, "
                              "a proxy); offline, PIP_FIND_LINKS can point pip at a directory holding the "
                              f"sglang-{version} wheel")

@@ -226,13 +226,14 @@ def test_diff_against_a_host_names_the_files_apply_would_refuse_as_drifted_and_e
     hosts = write_hosts(tmp_path / "hosts.yaml",
                         Host(name="here", transport="local", python=str(local_target)))
     code, data, err = run_json(capsys, "--hosts", str(hosts), "diff", "ddtree", "--host", "here")
-    assert code == 0, err
+    assert code == 0 and data["ok"] is True and "exit_code" not in data, err
     assert data["drifted"] == [] and data["host_plan"] == "apply"
     p = "sglang/srt/speculative/spec_utils.py"
     target = local_target.site_packages / p
     target.write_bytes(target.read_bytes() + b"\n# edited by hand on the host\n")
     code, data, err = run_json(capsys, "--hosts", str(hosts), "diff", "ddtree", "--host", "here")
     assert code == 7, err  # the diff is shown, but it does not apply cleanly: apply would refuse
+    assert data["ok"] is False and data["exit_code"] == 7
     assert data["drifted"] == [p] and data["host_plan"] == "drift"
     assert "+    DDTREE = auto()" in data["diff"]
     code, out, err = run_cli(capsys, "--hosts", str(hosts), "diff", "ddtree", "--host", "here")

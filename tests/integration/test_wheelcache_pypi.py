@@ -99,6 +99,7 @@ def test_an_unreachable_index_is_named_as_such_not_as_a_missing_version(tmp_path
     assert exc.value.exit_code == 5
     msg, hint = str(exc.value), exc.value.hint or ""
     assert f"sglang=={V}" in msg and "index is unreachable" in msg and "not on PyPI" not in msg, msg
+    assert "http://127.0.0.1:9/simple" in msg, msg  # the index pip tried is named
     assert "PIP_INDEX_URL" in hint and "PIP_FIND_LINKS" in hint
     assert not any(wheels_dir(tmp_path / "home").iterdir())
 
