@@ -642,8 +642,9 @@ class StatusReport:
     @property
     def overall(self) -> str:
         """pristine | patched | mixed | drifted | pending (an interrupted deployment) | unknown,
-        older (judged against a patchset: one earlier revision of it, whole), or damaged (a journal or deployment record on the host cannot be read: apply and rollback
-        refuse until it is restored or moved aside)."""
+        older (judged against a patchset: one earlier revision of it, whole), or damaged (a
+        journal or deployment record on the host cannot be read: apply and rollback refuse until
+        it is restored or moved aside)."""
         if self.damaged:
             return "damaged"
         if self.journal:
@@ -1257,9 +1258,8 @@ def host_status(transport: Transport, host: Any, info: Any, patchset: Any = None
             for p in d.get("files", {}):
                 by_path_ps.setdefault(p, []).append(d)
     # a file several revisions share is credited to the revision the host's records say is active
-    live_revs = [int(d.get("revision") or 0) for d in deployments
-                 if ps_name is not None and d.get("phase") in ACTIVE and d.get("patchset") == ps_name]
-    host_rev = max(live_revs) if live_revs else None
+    host_rev = max((int(d.get("revision") or 0) for d in deployments
+                    if d.get("phase") in ACTIVE and d.get("patchset") == ps_name), default=None)
     files = []
     for p in sorted(paths):
         li = ins.get("files", {}).get(p, {})

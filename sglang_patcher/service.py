@@ -18,7 +18,7 @@ from rich.table import Table
 from rich.text import Text
 
 from . import deploy, discovery, mirror
-from .errors import SglpatchError, StateError
+from .errors import DriftError, SglpatchError, StateError
 from .inventory import Host
 from .patchset import Patchset, load_patchset
 from .state import sglpatch_home
@@ -251,9 +251,9 @@ class DiffReport:
             "drifted": list(self.drifted),
             "host_plan": self.host_plan,
             "diff": self.result.diff_text(),
-            # drift: the diff is shown, but apply would refuse (the command exits 7, DriftError's code)
+            # drift: the diff is shown, but apply would refuse (the command exits with DriftError's code)
             "ok": not self.drifted,
-            **({"exit_code": 7} if self.drifted else {}),
+            **({"exit_code": DriftError.exit_code} if self.drifted else {}),
         }
 
     def __rich__(self) -> Group:

@@ -202,10 +202,10 @@ def _download(version: str, wheels: Path) -> Path:
                         hint="check the network and pip's index settings (`pip config list`, PIP_INDEX_URL, "
                              "a proxy); offline, PIP_FIND_LINKS can point pip at a directory holding the "
                              f"sglang-{version} wheel")
-                tail = f"; latest known: {', '.join(known[-5:])}" if known and known != ["none"] else ""
-                raise PatchsetError(
+                raise PatchsetError(  # other releases are listed: this one is missing
                     f"sglang=={version} is not on PyPI (or has no wheel for Python "
-                    f"{sys.version_info.major}.{sys.version_info.minor} on this platform){tail}",
+                    f"{sys.version_info.major}.{sys.version_info.minor} on this platform); "
+                    f"latest known: {', '.join(known[-5:])}",
                     hint="pick a released version: https://pypi.org/project/sglang/#history")
             lines = [ln for ln in out.strip().splitlines() if ln.strip()][-8:]
             raise PatchsetError(f"pip download sglang=={version} failed (exit {proc.returncode}):\n    "

@@ -7,17 +7,12 @@ TRITON_INTERPRET=1 python3 bench/micro/ranks_variants.py --check"""
 import sys, torch, triton
 import triton.language as tl
 sys.path.insert(0, ".")
-from patchsets.ddtree.modules.ddtree_kernels import _survivor_ranks, _clean_lp
+from patchsets.ddtree.modules.ddtree_kernels import _beats, _survivor_ranks, _clean_lp
 
 
 @triton.jit
 def _clk():
     return tl.inline_asm_elementwise("mov.u64 $0, %clock64;", "=l", [], dtype=tl.int64, is_pure=False, pack=1)
-
-
-@triton.jit
-def _live(x, pk, ts, tsub, teq):
-    return (x > ts) | ((x == ts) & ((pk < tsub) | (pk == teq)))
 
 
 @triton.jit
@@ -35,7 +30,7 @@ def _ranks_gather(score_prev, lp_row, cap, m_prev, K, ts, tsub, teq, NP: tl.cons
         ok = nxt <= c
         x = s + tl.gather(row, tl.minimum(nxt - 1, KP - 1), 0)
         pk = (o << LOGKP) | (nxt - 1)
-        R = tl.where(ok & _live(x, pk, ts, tsub, teq), nxt, R)
+        R = tl.where(ok & _beats(x, pk, ts, tsub, teq), nxt, R)
     return R
 
 

@@ -650,9 +650,7 @@ def check_backups(h, did, plan):
         if live["sha256"] == e["before"] and live.get("mode") == e["orig_mode"]:
             continue
         bpath = h.backup_for(did, rel)
-        if not os.path.isfile(bpath):
-            bad[rel] = bpath
-        elif sha256_file(bpath) != e["before"]:
+        if not os.path.isfile(bpath) or sha256_file(bpath) != e["before"]:
             bad[rel] = bpath
     if bad:
         raise Fail("backup_missing", "%d backup(s) of deployment %s are missing or damaged on the host: %s; "
@@ -661,8 +659,7 @@ def check_backups(h, did, plan):
 
 def restore_plan(h, did, plan, created_dirs):
     """Put every file of ``plan`` back to its ``before`` state (idempotent), then verify by hash.
-    Checks every needed backup first (``check_backups``), so a missing one restores nothing."""
-    check_backups(h, did, plan)
+    Callers run ``check_backups`` first, so that a missing backup restores nothing."""
     dirs = set()
     for rel, e in plan.items():
         t = h.target(rel)
@@ -710,6 +707,7 @@ def restore_plan(h, did, plan, created_dirs):
 
 
 def undo(h, did, journal):
+    check_backups(h, did, journal["files"])
     restore_plan(h, did, journal["files"], journal.get("created_dirs"))
 
 

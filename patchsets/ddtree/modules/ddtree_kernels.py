@@ -1031,6 +1031,14 @@ def _max_combine(a, b):
 
 
 @triton.jit
+def _beats(x, pk, ts, tsub, teq):
+    """The survival test of a depth's candidates against the threshold (ts, tsub): score x
+    (f32) above ts, or equal to it with packed (i, r) pk below tsub — or equal to teq (the head
+    bound, whose key may be a candidate's; -1: none)."""
+    return (x > ts) | ((x == ts) & ((pk < tsub) | (pk == teq)))
+
+
+@triton.jit
 def _rank_probes(R, s, c, o, lp_row, ts, tsub, teq, LOGKP: tl.constexpr, B: tl.constexpr, SHIFT: tl.constexpr):
     """One level of ``_survivor_ranks``'s multi-way search: the B - 1 ranks R + j * 2**SHIFT - 1
     (j = 1 .. B-1) probed at once; R grows by 2**SHIFT per surviving probe (they survive in a
@@ -1039,8 +1047,7 @@ def _rank_probes(R, s, c, o, lp_row, ts, tsub, teq, LOGKP: tl.constexpr, B: tl.c
     nxt = R[:, None] + ((j + 1) << SHIFT)[None, :]
     ok = (nxt <= c[:, None]) & (j < B - 1)[None, :]
     x = s[:, None] + _clean_lp(tl.load(lp_row + nxt - 1, mask=ok, other=0.0))
-    pk = (o << LOGKP)[:, None] | (nxt - 1)
-    live = (x > ts) | ((x == ts) & ((pk < tsub) | (pk == teq)))
+    live = _beats(x, (o << LOGKP)[:, None] | (nxt - 1), ts, tsub, teq)
     return R + (tl.sum((ok & live).to(tl.int32), axis=1) << SHIFT)
 
 
@@ -1065,9 +1072,7 @@ def _survivor_ranks(score_prev, lp_row, cap, m_prev, ts, tsub, teq, NP: tl.const
             nxt = R + (1 << (LOGKP - t))
             ok = nxt <= c
             x = s + _clean_lp(tl.load(lp_row + nxt - 1, mask=ok, other=0.0))
-            pk = (o << LOGKP) | (nxt - 1)
-            live = (x > ts) | ((x == ts) & ((pk < tsub) | (pk == teq)))
-            R = tl.where(ok & live, nxt, R)
+            R = tl.where(ok & _beats(x, (o << LOGKP) | (nxt - 1), ts, tsub, teq), nxt, R)
     else:
         NLEV: tl.constexpr = (LOGKP + RB) // RB
         R = _rank_probes(R, s, c, o, lp_row, ts, tsub, teq, LOGKP, 1 << (LOGKP + 1 - RB * (NLEV - 1)),
@@ -1240,12 +1245,12 @@ def _beam_prune_kernel(
                 ps = tl.load(score_ptr + prev + ci, mask=pv, other=float("-inf"))
                 cr = cs & ((1 << LOGKP) - 1)
                 sc = ps + _clean_lp(tl.load(lp_b + d * K + cr, mask=pv, other=float("-inf")))
-                alive = pv & ((sc > ts) | ((sc == ts) & ((cs < tsub) | (cs == teq))))
+                alive = pv & _beats(sc, cs, ts, tsub, teq)
                 n_alive = tl.sum(alive.to(tl.int32), axis=0)
                 if n_alive > N:  # tau is loose (typically depth 1): tighten it, exactly, see _head_tau
                     ts, tsub = _head_tau(A, score_ptr + prev, lp_b + d * K, m_prev, N, d * N, T1, NP, LOGNP,
                                          LOGKP)
-                    alive = alive & ((sc > ts) | ((sc == ts) & (cs <= tsub)))
+                    alive = alive & _beats(sc, cs, ts, tsub, tsub)  # a candidate equal to the bound survives
                     n_alive = tl.sum(alive.to(tl.int32), axis=0)
                 n_new = n_alive
                 if n_alive > 0:
