@@ -30,14 +30,14 @@ export PYTHONPATH="$REPO:$SITE:$SGL${PYTHONPATH:+:$PYTHONPATH}"
 
 # Triton's kernel cache: compiling the kernels is most of a cold machine's run. TRITON_CACHE_DIR
 # (default /tmp/ddtree_triton_cache: a fixed absolute path, since Triton's cache index records
-# absolute file paths) starts from .gpu/triton-cache.tar.xz when that exists; with
-# DDTREE_PACK_CACHE=1 the cache is packed into $OUT/triton-cache.tar.xz at the end, to be put
+# absolute file paths) starts from .gpu/triton-cache.tar.gz when that exists; with
+# DDTREE_PACK_CACHE=1 the cache is packed (gzip: xz was cut off at a call's limit) into $OUT/triton-cache.tar.gz at the end, to be put
 # back into .gpu/ for the next machine (kernels whose source changed compile again).
 export TRITON_CACHE_DIR="${TRITON_CACHE_DIR:-/tmp/ddtree_triton_cache}"
-if [ -f .gpu/triton-cache.tar.xz ] && [ ! -f "$TRITON_CACHE_DIR/.from_tarball" ]; then
-  mkdir -p "$TRITON_CACHE_DIR" && tar -xJf .gpu/triton-cache.tar.xz -C "$TRITON_CACHE_DIR" || exit 1
+if ls .gpu/triton-cache.tar.gz* >/dev/null 2>&1 && [ ! -f "$TRITON_CACHE_DIR/.from_tarball" ]; then
+  mkdir -p "$TRITON_CACHE_DIR" && cat .gpu/triton-cache.tar.gz* | tar -xz -C "$TRITON_CACHE_DIR" || exit 1
   touch "$TRITON_CACHE_DIR/.from_tarball"
-  echo "triton cache: $(find "$TRITON_CACHE_DIR" -type f | wc -l) files from .gpu/triton-cache.tar.xz" | tee -a "$OUT/env.txt"
+  echo "triton cache: $(find "$TRITON_CACHE_DIR" -type f | wc -l) files from .gpu/triton-cache.tar.gz" | tee -a "$OUT/env.txt"
 fi
 # DDTREE_WORKERS: pytest-xdist processes (default: half the cores, at most 8, when xdist is
 # importable — put its wheels, pytest_xdist and execnet, in .whl/), so kernels compile in parallel;
@@ -57,7 +57,8 @@ rc=0
 # DDTREE_TESTS: which test files/directories (default: all of tests/gpu). DDTREE_PYTEST_SECONDS:
 # stop pytest after that long (0: never), leaving the rest of a lent machine's call to pack the
 # cache and copy the logs.
-timeout "${DDTREE_PYTEST_SECONDS:-0}" python3 -m pytest -q -p no:cacheprovider -rA "${XDIST[@]}" \
+# -v: a log cut short still names every test that finished (under xdist -q prints only dots).
+timeout "${DDTREE_PYTEST_SECONDS:-0}" python3 -m pytest -v -p no:cacheprovider -rA "${XDIST[@]}" \
   ${DDTREE_TESTS:-tests/gpu} "$@" 2>&1 | tee "$OUT/pytest_gpu.log" | grep -v '^PASSED' | tail -60
 [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
 grep -h "SGLANG_" "$OUT/pytest_gpu.log" > "$OUT/sglang_proofs.txt" || true
@@ -69,7 +70,13 @@ if [ -z "${DDTREE_SKIP_BENCH:-}" ]; then
   [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
 fi
 if [ -n "${DDTREE_PACK_CACHE:-}" ] && [ -d "$TRITON_CACHE_DIR" ]; then
-  tar -cJf "$OUT/triton-cache.tar.xz" -C "$TRITON_CACHE_DIR" . && ls -l "$OUT/triton-cache.tar.xz"
+  # in 15 MiB parts (.part00, .part01, ...) when larger: a lent machine returns files of at most
+  # 16 MiB; the parts are unpacked together above
+  tar -czf "$OUT/triton-cache.tar.gz" -C "$TRITON_CACHE_DIR" . &&
+    if [ "$(stat -c %s "$OUT/triton-cache.tar.gz")" -gt $((15 << 20)) ]; then
+      split -b 15M -d "$OUT/triton-cache.tar.gz" "$OUT/triton-cache.tar.gz.part" && rm "$OUT/triton-cache.tar.gz"
+    fi
+  ls -l "$OUT"/triton-cache.tar.gz*
 fi
 echo "run_gpu_tests.sh rc=$rc"
 exit $rc

@@ -211,9 +211,8 @@ def test_tight_bound_thresholds_are_proven(kind):
        N=st.integers(1, 64), kf=st.floats(0.05, 1.0), kind=st.sampled_from(KINDS),
        tiers=st.sampled_from([(64, 256), (1, 2), (2, 8), (4, 16), (16, 4)]),
        wide=st.sampled_from([None, (2, 4), (1, 1), (1, 2), (2, 2)]), gen=st.booleans(),
-       gen_wide=st.sampled_from([1, 2, 4]), bound=st.sampled_from(["none", "chain", "tight"]),
-       merge=st.sampled_from(["bitonic", "path"]), rank_bits=st.sampled_from([1, 2, 3, 4]))
-def test_pruned_beam_property(seed, L, V, N, kf, kind, tiers, wide, gen, gen_wide, bound, merge, rank_bits):
+       gen_wide=st.sampled_from([1, 2, 4]), bound=st.sampled_from(["none", "chain", "tight"]))
+def test_pruned_beam_property(seed, L, V, N, kf, kind, tiers, wide, gen, gen_wide, bound):
     """Property: the pruned beam (the heap's early stop) equals the sorting beam on every
     surviving entry and builds the identical tree — flat, peaked (deep trees) and tied logits,
     per-request budgets, K <= N; small sort tiers put a depth's survivors through every tier
@@ -224,8 +223,7 @@ def test_pruned_beam_property(seed, L, V, N, kf, kind, tiers, wide, gen, gen_wid
     selections); gen_wide 2 / 4 tightens tau when more than N are generated and selects among
     up to 2 / 4 NP generated lanes (in 30 random cases: 194 generated key sets, 25 of them
     selected, 92 head bounds, 23 scanned merges after tightening); bound "chain" / "tight" starts
-    tau at a score bound, which may shorten a depth's beam but never changes gtop or the tree;
-    merge "path" and rank_bits > 1 are other ways to the same beams."""
+    tau at a score bound, which may shorten a depth's beam but never changes gtop or the tree."""
     from patchsets.ddtree.modules.ddtree_tree import build_ddtree_from_topk, candidate_pairs, draft_topk
 
     K = max(1, int(N * kf))
@@ -234,9 +232,8 @@ def test_pruned_beam_property(seed, L, V, N, kf, kind, tiers, wide, gen, gen_wid
     ci, ck = candidate_pairs(N, lp.shape[-1], "cpu")
     full = KR.beam_triton(lp, N, ci, ck)
     assert_prune_beam_matches(full, KR.beam_prune_triton(lp, N, ci, ck, tiers=tiers, wide=wide, gen=gen,
-                                                         gen_wide=gen_wide, bound=bound, tight_programs=8,
-                                                         merge=merge, rank_bits=rank_bits))
-    if (tiers, wide, gen, gen_wide, bound, merge, rank_bits) != ((64, 256), None, True, 2, "chain", "bitonic", 1):
+                                                         gen_wide=gen_wide, bound=bound, tight_programs=8))
+    if (tiers, wide, gen, gen_wide, bound) != ((64, 256), None, True, 2, "chain"):
         assert_prune_beam_matches(full, KR.beam_prune_triton(lp, N, ci, ck))
     rb = torch.tensor([N, max(0, N // 2), 1])
     roots = torch.tensor([4, 5, 6])
@@ -344,32 +341,6 @@ def test_pruned_beam_tiers_wide_and_warps_must_be_powers_of_two():
     for bad in (0, 3, 64):
         with pytest.raises(ValueError, match="num_warps must be a power of 2"):
             KR.beam_prune_triton(lp, 4, ci, ck, num_warps=bad)
-    with pytest.raises(ValueError, match="merge must be 'bitonic' or 'path'"):
-        KR.beam_prune_triton(lp, 4, ci, ck, merge="heap")
-    for bad in (0, 5):
-        with pytest.raises(ValueError, match="rank_bits must be 1 .. 4"):
-            KR.beam_prune_triton(lp, 4, ci, ck, rank_bits=bad)
-
-
-@pytest.mark.parametrize("kind", KINDS)
-@pytest.mark.parametrize("tiers,wide,gen,gen_wide", [((64, 256), None, True, 2), ((1, 2), (1, 1), True, 4),
-                                                     ((2, 8), (2, 4), False, 1)])
-def test_merge_path_and_multiway_ranks_equal_the_defaults(kind, tiers, wide, gen, gen_wide):
-    """merge="path" (slots by binary search, one scatter) and rank_bits 2 .. 4 (independent probes
-    per level) give the defaults' outputs bit for bit — beams, parents, ranks and gtop — through
-    every sort tier (small tiers), the wide tiers / selection and the table scan."""
-    from patchsets.ddtree.modules.ddtree_tree import candidate_pairs, draft_topk
-
-    N, L, V = 48, 6, 300
-    x = draft_logits(7, 3, L, V, kind=kind)
-    lp, _, _ = draft_topk(x, N, use_triton=False)
-    ci, ck = candidate_pairs(N, lp.shape[-1], "cpu")
-    kw = dict(tiers=tiers, wide=wide, gen=gen, gen_wide=gen_wide)
-    want = KR.beam_prune_triton(lp, N, ci, ck, **kw)
-    for merge, rank_bits in (("path", 1), ("bitonic", 2), ("bitonic", 3), ("path", 4)):
-        got = KR.beam_prune_triton(lp, N, ci, ck, merge=merge, rank_bits=rank_bits, **kw)
-        for a, b, name in zip(want, got, ("score", "valid", "parent", "rank", "gtop")):
-            assert torch.equal(a, b), (merge, rank_bits, name)
 
 
 def test_radix_programs_and_errors():

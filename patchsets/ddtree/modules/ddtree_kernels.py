@@ -808,77 +808,36 @@ def _merge_top(A, top_desc, NP: tl.constexpr, S: tl.constexpr, LOGNP: tl.constex
 
 
 @triton.jit
-def _count_below(buf, x, LEN: tl.constexpr):
-    """Per lane of x (int64 keys), how many of the LEN (a power of 2, <= 2**15) ascending int64
-    keys at buf are smaller: binary lifting, log2(LEN) + 1 dependent loads."""
-    R = tl.zeros(x.shape, tl.int32)
-    for t in tl.static_range(16):
-        if (LEN >> t) > 0:
-            nxt = R + (LEN >> t)
-            ok = nxt <= LEN
-            v = tl.load(buf + nxt - 1, mask=ok, other=_MAXKEY)
-            R = tl.where(ok & (v < x), nxt, R)
-    return R
-
-
-@triton.jit
-def _merge_path(A, T, mscr, N, NP: tl.constexpr, S: tl.constexpr):
-    """The merge of ``_merge_top`` by slots instead of a network: A's first N lanes ([NP] int64
-    ascending, _MAXKEY beyond N) and T ([S] int64 ascending, _MAXKEY padded) hold distinct keys,
-    so a key's slot in the union is its index plus its rank in the other list (binary search over
-    a copy in mscr, [NP + S] int64 scratch); the slots < NP are scattered once and read back.
-    Lanes < N equal ``_merge_top``'s; lanes from N on are the union's next smallest or _MAXKEY."""
-    o = tl.arange(0, NP)
-    ot = tl.arange(0, S)
-    A = tl.where(o < N, A, _MAXKEY)
-    tl.store(mscr + o, A)
-    tl.store(mscr + NP + ot, T)
-    tl.debug_barrier()
-    return _scatter_slots(mscr, A, o + _count_below(mscr + NP, A, S), T, ot + _count_below(mscr, T, NP), NP)
-
-
-@triton.jit
-def _scatter_slots(mscr, A, pa, T, pt, NP: tl.constexpr):
-    """The NP lanes of a merge whose keys know their slots (pa for A, pt for T's valid keys; the
-    slots of distinct keys are distinct): scattered into mscr (after a barrier, so that earlier
-    reads of it are done) and read back in slot order."""
-    tl.debug_barrier()
-    tl.store(mscr + pa, A, mask=pa < NP)
-    tl.store(mscr + pt, T, mask=(pt < NP) & (T != _MAXKEY))
-    tl.debug_barrier()
-    out = tl.load(mscr + tl.arange(0, NP))
-    tl.debug_barrier()
-    return out
-
-
-@triton.jit
-def _merge_keys(A, key, m, NP: tl.constexpr, S: tl.constexpr, LOGNP: tl.constexpr, mscr, N, MP: tl.constexpr):
+def _merge_keys(A, key, m, NP: tl.constexpr, S: tl.constexpr, LOGNP: tl.constexpr):
     """``_merge_top`` of A with the keys of the lanes m of ``key`` ([S] int64): sorted descending
     (_MAXKEY outside m); with S > NP (S a multiple of NP) only their NP smallest are merged.
-    MP (merge path): sorted ascending and merged by ``_merge_path`` instead (mscr: [NP + S]
-    int64 scratch; N: A's valid lanes)."""
-    if MP:
-        out = _merge_path(A, tl.sort(tl.where(m, key, _MAXKEY)), mscr, N, NP, S)
+    (A merge by slots — each key's rank in the other list by binary search, one scatter — was
+    0.95x of this on the H200 at peaked bs 1 N 512 and bs 64 N 256: bench/RESULTS.md, eighth
+    session.)"""
+    top = tl.sort(tl.where(m, key, _MAXKEY), descending=True)
+    if S > NP:  # more survivors than lanes: their NP smallest, the last NP of the sorted S
+        R: tl.constexpr = S // NP
+        last = (tl.arange(0, R) == R - 1)[:, None]
+        out = _merge_top(A, tl.sum(tl.where(last, tl.reshape(top, [R, NP]), 0), axis=0), NP, NP, LOGNP)
     else:
-        top = tl.sort(tl.where(m, key, _MAXKEY), descending=True)
-        if S > NP:  # more survivors than lanes: their NP smallest, the last NP of the sorted S
-            R: tl.constexpr = S // NP
-            last = (tl.arange(0, R) == R - 1)[:, None]
-            out = _merge_top(A, tl.sum(tl.where(last, tl.reshape(top, [R, NP]), 0), axis=0), NP, NP, LOGNP)
-        else:
-            out = _merge_top(A, top, NP, S, LOGNP)
+        out = _merge_top(A, top, NP, S, LOGNP)
     return out
 
 
 @triton.jit
-def _merge_survivors(A, ss, su, n, base, NP: tl.constexpr, S: tl.constexpr, LOGNP: tl.constexpr, mscr, N,
-                     MP: tl.constexpr):
-    """``_merge_keys`` of A with the n (<= S) survivors compacted at ss / su[0 .. n) (score f32,
-    packed (i, r) int32): their keys (sub = base + packed) built in S lanes."""
+def _stored_keys(ss, su, n, base, S: tl.constexpr):
+    """Keys ([S] int64) of the n (<= S) survivors compacted at ss / su[0 .. n) (score f32, packed
+    (i, r) int32; sub = base + packed), and the lane mask."""
     o = tl.arange(0, S)
     m = o < n
-    key = _desc_key(tl.load(ss + o, mask=m, other=0.0), m, base + tl.load(su + o, mask=m, other=0))
-    return _merge_keys(A, key, m, NP, S, LOGNP, mscr, N, MP)
+    return _desc_key(tl.load(ss + o, mask=m, other=0.0), m, base + tl.load(su + o, mask=m, other=0)), m
+
+
+@triton.jit
+def _merge_survivors(A, ss, su, n, base, NP: tl.constexpr, S: tl.constexpr, LOGNP: tl.constexpr):
+    """``_merge_keys`` of A with the n (<= S) survivors compacted at ss / su (``_stored_keys``)."""
+    key, m = _stored_keys(ss, su, n, base, S)
+    return _merge_keys(A, key, m, NP, S, LOGNP)
 
 
 @triton.jit
@@ -1039,46 +998,24 @@ def _beats(x, pk, ts, tsub, teq):
 
 
 @triton.jit
-def _rank_probes(R, s, c, o, lp_row, ts, tsub, teq, LOGKP: tl.constexpr, B: tl.constexpr, SHIFT: tl.constexpr):
-    """One level of ``_survivor_ranks``'s multi-way search: the B - 1 ranks R + j * 2**SHIFT - 1
-    (j = 1 .. B-1) probed at once; R grows by 2**SHIFT per surviving probe (they survive in a
-    prefix, the test being monotone in r)."""
-    j = tl.arange(0, B)
-    nxt = R[:, None] + ((j + 1) << SHIFT)[None, :]
-    ok = (nxt <= c[:, None]) & (j < B - 1)[None, :]
-    x = s[:, None] + _clean_lp(tl.load(lp_row + nxt - 1, mask=ok, other=0.0))
-    live = _beats(x, (o << LOGKP)[:, None] | (nxt - 1), ts, tsub, teq)
-    return R + (tl.sum((ok & live).to(tl.int32), axis=1) << SHIFT)
-
-
-@triton.jit
-def _survivor_ranks(score_prev, lp_row, cap, m_prev, ts, tsub, teq, NP: tl.constexpr, LOGKP: tl.constexpr,
-                    RB: tl.constexpr = 1):
+def _survivor_ranks(score_prev, lp_row, cap, m_prev, ts, tsub, teq, NP: tl.constexpr, LOGKP: tl.constexpr):
     """Per parent order i < m_prev ([NP] int32): R_i, how many of its table ranks r < cap_i beat
     the threshold (ts, tsub) as (score desc, packed (i, r) asc); teq = tsub: a candidate equal
     to it survives too (the head bound, whose key may be a candidate's), -1: not. With lp row d
     non-increasing a child's key grows with r, so they are the ranks r < R_i: found by binary
-    lifting over r (RB = 1: LOGKP + 1 dependent loads of the lp row) instead of testing every
-    table entry, or RB bits at a time (2**RB - 1 independent probes per level,
-    ceil((LOGKP + 1) / RB) dependent levels; ``_rank_probes``). The score is the same float32
-    addition as the table scan's."""
+    lifting over r (LOGKP + 1 dependent loads of the lp row) instead of testing every table
+    entry. The score is the same float32 addition as the table scan's. (Measured on the H200,
+    bench/RESULTS.md, eighth session: 2**b - 1 independent probes per level lost at every size.)"""
     o = tl.arange(0, NP)
     hv = o < m_prev
     s = tl.load(score_prev + o, mask=hv, other=float("-inf"))
     c = tl.where(hv, cap, 0)
     R = tl.zeros([NP], tl.int32)
-    if RB == 1:
-        for t in tl.static_range(LOGKP + 1):
-            nxt = R + (1 << (LOGKP - t))
-            ok = nxt <= c
-            x = s + _clean_lp(tl.load(lp_row + nxt - 1, mask=ok, other=0.0))
-            R = tl.where(ok & _beats(x, (o << LOGKP) | (nxt - 1), ts, tsub, teq), nxt, R)
-    else:
-        NLEV: tl.constexpr = (LOGKP + RB) // RB
-        R = _rank_probes(R, s, c, o, lp_row, ts, tsub, teq, LOGKP, 1 << (LOGKP + 1 - RB * (NLEV - 1)),
-                         RB * (NLEV - 1))
-        for lev in tl.static_range(1, NLEV):
-            R = _rank_probes(R, s, c, o, lp_row, ts, tsub, teq, LOGKP, 1 << RB, RB * (NLEV - 1 - lev))
+    for t in tl.static_range(LOGKP + 1):
+        nxt = R + (1 << (LOGKP - t))
+        ok = nxt <= c
+        x = s + _clean_lp(tl.load(lp_row + nxt - 1, mask=ok, other=0.0))
+        R = tl.where(ok & _beats(x, (o << LOGKP) | (nxt - 1), ts, tsub, teq), nxt, R)
     return R
 
 
@@ -1118,11 +1055,20 @@ def _generated_keys(own, score_prev, lp_row, n, base, S: tl.constexpr, LOGKP: tl
 
 
 @triton.jit
-def _merge_generated(A, own, score_prev, lp_row, n, base, NP: tl.constexpr, S: tl.constexpr,
-                     LOGNP: tl.constexpr, LOGKP: tl.constexpr, mscr, N, MP: tl.constexpr):
-    """``_merge_keys`` of A with the n (<= S) generated survivors (``_generated_keys``)."""
-    key, m = _generated_keys(own, score_prev, lp_row, n, base, S, LOGKP)
-    return _merge_keys(A, key, m, NP, S, LOGNP, mscr, N, MP)
+def _merge_tier(A, gen, own, score_prev, lp_row, ss, su, n, base, NP: tl.constexpr, S: tl.constexpr,
+                LOGNP: tl.constexpr, LOGKP: tl.constexpr, GEN: tl.constexpr):
+    """``_merge_keys`` of A with a depth's n (<= S) survivors at tier S: generated per parent
+    (gen 1: ``_generated_keys``) or compacted at ss / su (``_merge_survivors``). One call site
+    per tier for both ways keeps one sort network per tier in the kernel: the compiler's time
+    (TritonGPUCoalesce, ~90 % of it) grows faster than the kernel's size."""
+    if GEN:
+        if gen == 1:
+            key, m = _generated_keys(own, score_prev, lp_row, n, base, S, LOGKP)
+        else:
+            key, m = _stored_keys(ss, su, n, base, S)
+    else:
+        key, m = _stored_keys(ss, su, n, base, S)
+    return _merge_keys(A, key, m, NP, S, LOGNP)
 
 
 @triton.jit
@@ -1140,7 +1086,6 @@ def _beam_prune_kernel(
     su_ptr,  # [bs, S4] int32 scratch: compacted survivor subs
     own_ptr,  # [bs, W] int32 scratch: generated survivors' (depth, start, parent) at block starts
     tval_ptr,  # [bs, JT] f32: _tight_bound_kernel's proven thresholds (read when BOUND == 2)
-    mscr_ptr,  # [bs, MSW] int64 scratch of the merge path (MP)
     K,
     N,
     C,
@@ -1159,15 +1104,11 @@ def _beam_prune_kernel(
     BOUND: tl.constexpr,
     DP: tl.constexpr,
     JT: tl.constexpr,
-    MP: tl.constexpr,
-    MSW: tl.constexpr,
-    RB: tl.constexpr,
 ):
     b = tl.program_id(0).to(tl.int64)
     offs_n = tl.arange(0, NP)
     nm = offs_n < N
     lp_b = lp_ptr + b * L * K
-    mscr = mscr_ptr + b * MSW
     out_b = b * L * N
     scr = scr_ptr + b * NP
     ss = ss_ptr + b * S4
@@ -1198,8 +1139,10 @@ def _beam_prune_kernel(
             n_new = m_prev * 0
             done = m_prev * 0
             teq = m_prev * 0 - 1  # tsub once the threshold is the head bound (a candidate may equal it)
+            merged = m_prev * 0  # 1: a selection found this depth's N smallest survivors (top)
+            top = tl.full([NP], _MAXKEY, tl.int64)
             if GEN:  # parent i's survivors are its ranks r < R_i (lp rows non-increasing)
-                R = _survivor_ranks(score_ptr + prev, lp_b + d * K, cap, m_prev, ts, tsub, teq, NP, LOGKP, RB)
+                R = _survivor_ranks(score_ptr + prev, lp_b + d * K, cap, m_prev, ts, tsub, teq, NP, LOGKP)
                 n_gen = tl.sum(R, axis=0)
                 fits = n_gen <= N
                 if W > NP:  # too many: tighten tau exactly (_head_tau), count again, select in W lanes
@@ -1208,36 +1151,21 @@ def _beam_prune_kernel(
                                              LOGKP)
                         teq = tsub
                         R = _survivor_ranks(score_ptr + prev, lp_b + d * K, cap, m_prev, ts, tsub, teq, NP,
-                                            LOGKP, RB)
+                                            LOGKP)
                         n_gen = tl.sum(R, axis=0)
                     fits = n_gen <= W
                 if fits:
                     done = 1 + done
                     n_new = n_gen
                     if n_gen > 0:
-                        own = own_ptr + b * W
-                        _mark_blocks(own, R, d, offs_n)
-                        if n_gen <= S1:
-                            A2 = _merge_generated(A, own, score_ptr + prev, lp_b + d * K, n_gen, d * N,
-                                                  NP, S1, LOGNP, LOGKP, mscr, N, MP)
-                        elif n_gen <= S2:
-                            A2 = _merge_generated(A, own, score_ptr + prev, lp_b + d * K, n_gen, d * N,
-                                                  NP, S2, LOGNP, LOGKP, mscr, N, MP)
-                        else:
-                            if W == NP:  # n_gen <= N here: the selection is not compiled in
-                                A2 = _merge_generated(A, own, score_ptr + prev, lp_b + d * K, n_gen, d * N,
-                                                      NP, NP, LOGNP, LOGKP, mscr, N, MP)
-                            else:
-                                if n_gen <= NP:
-                                    A2 = _merge_generated(A, own, score_ptr + prev, lp_b + d * K, n_gen,
-                                                          d * N, NP, NP, LOGNP, LOGKP, mscr, N, MP)
-                                else:  # the N smallest of the W generated keys (a selection), merged
-                                    key, mg = _generated_keys(own, score_ptr + prev, lp_b + d * K, n_gen,
-                                                              d * N, W, LOGKP)
-                                    hi0 = tl.max(tl.where(mg, key >> 30, 0), axis=0)
-                                    top = _select_smallest(key, hi0, N, scr, NP, ROUNDS)
-                                    A2 = _merge_top(A, tl.flip(top, 0), NP, NP, LOGNP)
-                        tl.debug_barrier()
+                        _mark_blocks(own_ptr + b * W, R, d, offs_n)
+                        if W > NP:
+                            if n_gen > NP:  # the N smallest of the W generated keys (a selection), merged
+                                key, mg = _generated_keys(own_ptr + b * W, score_ptr + prev, lp_b + d * K,
+                                                          n_gen, d * N, W, LOGKP)
+                                hi0 = tl.max(tl.where(mg, key >> 30, 0), axis=0)
+                                top = _select_smallest(key, hi0, N, scr, NP, ROUNDS)
+                                merged = 1 + merged
             if done == 0:  # scan the candidate table: (i, r) packed as i * 2**LOGKP + r in int32
                 ci = tl.where(cm, tl.load(ci_ptr + offs_c, mask=cm, other=0).to(tl.int32), 2147483647)
                 cs = (ci << LOGKP) | tl.load(ck_ptr + offs_c, mask=cm, other=0).to(tl.int32)
@@ -1253,32 +1181,42 @@ def _beam_prune_kernel(
                     alive = alive & _beats(sc, cs, ts, tsub, tsub)  # a candidate equal to the bound survives
                     n_alive = tl.sum(alive.to(tl.int32), axis=0)
                 n_new = n_alive
-                if n_alive > 0:
-                    if n_alive > S4:  # rare: select the N smallest among all lanes
-                        key = _desc_key(sc, alive, d * N + cs)
-                        hi0 = tl.max(tl.where(alive, key >> 30, 0), axis=0)
-                        top = _select_smallest(tl.where(alive, key, _MAXKEY), hi0, N, scr, NP, ROUNDS)
-                        A2 = _merge_top(A, tl.flip(top, 0), NP, NP, LOGNP)
-                    else:  # compact the survivors, sort them at the smallest tier that holds them
-                        pos = tl.where(alive, tl.cumsum(alive.to(tl.int32), axis=0) - 1, 0)
-                        tl.store(ss + pos, sc, mask=alive)
-                        tl.store(su + pos, cs, mask=alive)
-                        tl.debug_barrier()
-                        if n_alive <= S1:
-                            A2 = _merge_survivors(A, ss, su, n_alive, d * N, NP, S1, LOGNP, mscr, N, MP)
-                        elif n_alive <= S2:
-                            A2 = _merge_survivors(A, ss, su, n_alive, d * N, NP, S2, LOGNP, mscr, N, MP)
+                if n_alive > S4:  # rare: select the N smallest among all lanes
+                    key = _desc_key(sc, alive, d * N + cs)
+                    hi0 = tl.max(tl.where(alive, key >> 30, 0), axis=0)
+                    top = _select_smallest(tl.where(alive, key, _MAXKEY), hi0, N, scr, NP, ROUNDS)
+                    merged = 1 + merged
+                elif n_alive > 0:  # compact the survivors for the tiers below
+                    pos = tl.where(alive, tl.cumsum(alive.to(tl.int32), axis=0) - 1, 0)
+                    tl.store(ss + pos, sc, mask=alive)
+                    tl.store(su + pos, cs, mask=alive)
+                    tl.debug_barrier()
+            if merged == 1:  # one merge for either selection (generated W lanes, or all table lanes)
+                A2 = _merge_top(A, tl.flip(top, 0), NP, NP, LOGNP)
+                tl.debug_barrier()
+            if (n_new > 0) & (merged == 0):
+                # one sort + merge per tier, whichever way the survivors were found (generated: done
+                # 1, n_new <= NP; compacted from the table: n_new <= S4): the smallest tier holding them
+                own = own_ptr + b * W
+                if n_new <= S1:
+                    A2 = _merge_tier(A, done, own, score_ptr + prev, lp_b + d * K, ss, su, n_new, d * N,
+                                     NP, S1, LOGNP, LOGKP, GEN)
+                elif n_new <= S2:
+                    A2 = _merge_tier(A, done, own, score_ptr + prev, lp_b + d * K, ss, su, n_new, d * N,
+                                     NP, S2, LOGNP, LOGKP, GEN)
+                else:
+                    if S4 == NP:  # no wide tiers compiled (their code slows every depth)
+                        A2 = _merge_tier(A, done, own, score_ptr + prev, lp_b + d * K, ss, su, n_new, d * N,
+                                         NP, NP, LOGNP, LOGKP, GEN)
+                    else:
+                        if n_new <= NP:
+                            A2 = _merge_tier(A, done, own, score_ptr + prev, lp_b + d * K, ss, su, n_new,
+                                             d * N, NP, NP, LOGNP, LOGKP, GEN)
+                        elif n_new <= S3:  # only compacted survivors come here (generated ones > NP
+                            A2 = _merge_survivors(A, ss, su, n_new, d * N, NP, S3, LOGNP)  # were selected)
                         else:
-                            if S4 == NP:  # no wide tiers compiled (their code slows every depth)
-                                A2 = _merge_survivors(A, ss, su, n_alive, d * N, NP, NP, LOGNP, mscr, N, MP)
-                            else:
-                                if n_alive <= NP:
-                                    A2 = _merge_survivors(A, ss, su, n_alive, d * N, NP, NP, LOGNP, mscr, N, MP)
-                                elif n_alive <= S3:
-                                    A2 = _merge_survivors(A, ss, su, n_alive, d * N, NP, S3, LOGNP, mscr, N, MP)
-                                else:
-                                    A2 = _merge_survivors(A, ss, su, n_alive, d * N, NP, S4, LOGNP, mscr, N, MP)
-                        tl.debug_barrier()
+                            A2 = _merge_survivors(A, ss, su, n_new, d * N, NP, S4, LOGNP)
+                tl.debug_barrier()
             if n_new > 0:
                 sub = (A2 & 1073741823).to(tl.int32)
                 isb = nm & (A2 != _MAXKEY) & (sub >= d * N)
@@ -1307,7 +1245,7 @@ def _beam_prune_kernel(
 def beam_prune_triton(lp: torch.Tensor, budget: int, ci: torch.Tensor, ck: torch.Tensor,
                       tiers: tuple = (64, 256), wide: tuple | None = None, gen: bool = True,
                       gen_wide: int = 2, bound: str = "chain", tight_programs: int | None = None,
-                      num_warps: int | None = None, merge: str = "bitonic", rank_bits: int = 1):
+                      num_warps: int | None = None):
     """Pruned beam: per depth only the candidates that can still be in the global top-N.
 
     lp: [bs, L, K] float32 log-probs (non-increasing along K); ci/ck: ``candidate_pairs``.
@@ -1327,7 +1265,7 @@ def beam_prune_triton(lp: torch.Tensor, budget: int, ci: torch.Tensor, ck: torch
     depth by ~1.5 us at N 512. Survivors beyond N first face a tighter exact bound
     (``_head_tau``). gen (default True): find each depth's survivors per parent — with lp rows
     non-increasing, parent i's survivors are its ranks r < R_i, R_i by binary lifting over the
-    lp row (``_survivor_ranks``) — and generate them in their sort tier (``_merge_generated``)
+    lp row (``_survivor_ranks``) — and generate them in their sort tier (``_merge_tier``)
     instead of testing every candidate-table entry. gen_wide (a power of 2, default 2; 1: off):
     a depth with more than N generated survivors first tightens tau (``_head_tau``) and counts
     again; if at most W = gen_wide * NP (<= 8192) survive, they are generated in W lanes and
@@ -1343,15 +1281,11 @@ def beam_prune_triton(lp: torch.Tensor, budget: int, ci: torch.Tensor, ck: torch
     depth's beam may then be a shorter prefix (entries the bound proves outside the tree are left
     out); gtop and so the tree are the same. num_warps: the kernel's warps (None: 4 up to 1,024
     candidate lanes, 8 up to 4,096, else 16, chosen when every depth scanned the table; an
-    override to measure others). merge: how a depth's sorted survivors join the running top-N —
-    "bitonic" (default: ``_merge_top``, a LOGNP-stage network over NP lanes) or "path" (each
-    key's slot from its rank in the other list by binary search, one scatter:
-    ``_merge_path``). rank_bits: the survivor-rank search's bits per level (1, default: binary
-    lifting, LOGKP + 1 dependent loads; 2 .. 4: 2**rank_bits - 1 independent probes per level).
-    "path" and rank_bits > 1 are exact like the defaults and not yet measured on a GPU
-    (bench/micro/). Raises ValueError when a tier, a wide factor or gen_wide is not a power of
-    2, for another bound, for num_warps not a power of 2 in 1 .. 32, for another merge or for
-    rank_bits outside 1 .. 4.
+    override to measure others). gen_wide 1 against 2 on the H200 (bench/RESULTS.md, eighth
+    session): equal at peaked bs 1 N 512, 1.04x faster at normal bs 1 N 512, 0.98x / 0.96x at peaked
+    N 1024 / bs 64 N 256 — 2 stays, though 1 compiles ~30 s faster. Raises ValueError when a
+    tier, a wide factor or gen_wide is not a power of 2, for another bound or for num_warps not a
+    power of 2 in 1 .. 32.
     """
     bs, L, K = lp.shape
     N = int(budget)
@@ -1388,10 +1322,6 @@ def beam_prune_triton(lp: torch.Tensor, budget: int, ci: torch.Tensor, ck: torch
         raise ValueError(f"bound must be 'none', 'chain' or 'tight', got {bound!r}")
     if num_warps is not None and num_warps not in (1, 2, 4, 8, 16, 32):
         raise ValueError(f"num_warps must be a power of 2 in 1 .. 32, got {num_warps}")
-    if merge not in ("bitonic", "path"):
-        raise ValueError(f"merge must be 'bitonic' or 'path', got {merge!r}")
-    if rank_bits not in (1, 2, 3, 4):
-        raise ValueError(f"rank_bits must be 1 .. 4, got {rank_bits!r}")
     if bs and (CP > 32768 or (L - 1) * N + N * KP >= (1 << 30)):  # 16-bit counts / 30-bit subs
         return beam_triton(lp, budget, ci, ck)
     BOUND = {"none": 0, "chain": 1, "tight": 2}[bound]
@@ -1399,17 +1329,13 @@ def beam_prune_triton(lp: torch.Tensor, budget: int, ci: torch.Tensor, ck: torch
         BOUND = 1
     tval = (tight_bound_triton(lp, N, tight_programs) if BOUND == 2 and bs  # else never read:
             else torch.empty((1, 1), dtype=torch.float32, device=dev))       # no fill launch
-    MP = merge == "path"
-    MSW = NP + max(NP, S4) if MP else 0  # A and the widest sorted tier
-    mscr = torch.empty((bs, MSW) if MP else (1, 1), dtype=torch.int64, device=dev)
     if bs:
         nw = num_warps or (4 if CP <= 1024 else (8 if CP <= 4096 else 16))
         _beam_prune_kernel[(bs,)](
             lp.contiguous(), ci, ck, score, valid.view(torch.int8), parent, rank, gtop, scr, ss, su, own,
-            tval, mscr, K, N, C, L=L, NP=NP, CP=CP, ROUNDS=15, S1=min(t1, NP), S2=min(t2, NP), S3=S3, S4=S4,
+            tval, K, N, C, L=L, NP=NP, CP=CP, ROUNDS=15, S1=min(t1, NP), S2=min(t2, NP), S3=S3, S4=S4,
             LOGNP=NP.bit_length() - 1, LOGKP=KP.bit_length() - 1,
-            GEN=GEN, W=W, BOUND=BOUND, DP=max(2, triton.next_power_of_2(L)), JT=tval.shape[1], MP=MP,
-            MSW=MSW, RB=int(rank_bits), num_warps=nw,
+            GEN=GEN, W=W, BOUND=BOUND, DP=max(2, triton.next_power_of_2(L)), JT=tval.shape[1], num_warps=nw,
         )
     return score, valid, parent, rank, gtop
 

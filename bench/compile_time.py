@@ -1,0 +1,101 @@
+"""How long the pruned beam takes to compile for sm_90 (H100 / H200), on this CPU, no GPU needed.
+
+A server pays this once per budget N on its first DDTREE step (Triton JIT-compiles, then caches),
+and a lent GPU machine pays it on every cold start. Compiles ``_beam_prune_kernel`` with the
+launch's constexprs for each N given (gen_wide 2: W = 2 * NP) from this checkout's
+``ddtree_kernels.py`` and, with ``--rev REV``, from that git revision's, side by side in fresh
+Triton caches; prints seconds per compile (median of ``--reps``) and the ratio.
+
+    python3 bench/compile_time.py --rev 446fe4d --budgets 512
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def beam_case(n: int) -> tuple[dict, dict, int]:
+    """Signature, constexprs and warps of ``beam_prune_triton``'s launch at budget n, K = n, L = 15."""
+    import triton
+
+    sys.path.insert(0, str(ROOT))
+    from patchsets.ddtree.modules.ddtree_tree import candidate_pairs
+
+    np_ = max(16, triton.next_power_of_2(n))
+    cp = max(np_, triton.next_power_of_2(candidate_pairs(n, n, "cpu")[0].numel()))
+    kp = triton.next_power_of_2(n)
+    w = 2 * np_ if 2 * np_ <= 8192 else np_
+    f32, i64, i8, C = "*fp32", "*i64", "*i8", "constexpr"
+    sig = dict(lp_ptr=f32, ci_ptr=i64, ck_ptr=i64, score_ptr=f32, valid_ptr=i8, parent_ptr=i64, rank_ptr=i64,
+               gtop_ptr=i64, scr_ptr=i64, ss_ptr=f32, su_ptr="*i32", own_ptr="*i32", tval_ptr=f32,
+               K="i32", N="i32", C="i32", L=C, NP=C, CP=C, ROUNDS=C, S1=C, S2=C, S3=C, S4=C,
+               LOGNP=C, LOGKP=C, GEN=C, W=C, BOUND=C, DP=C, JT=C)
+    consts = dict(L=15, NP=np_, CP=cp, ROUNDS=15, S1=min(64, np_), S2=min(256, np_), S3=np_, S4=np_,
+                  LOGNP=np_.bit_length() - 1, LOGKP=kp.bit_length() - 1, GEN=True, W=w, BOUND=1, DP=16, JT=1)
+    warps = 4 if cp <= 1024 else (8 if cp <= 4096 else 16)
+    return sig, consts, warps
+
+
+def compile_seconds(tree: Path, n: int) -> float:
+    """One compile of the beam from ``tree``'s ``patchsets`` package in a fresh Triton cache (a
+    child process, so that nothing is shared in memory between versions)."""
+    code = (f"import sys, time; sys.path.insert(0, {str(ROOT / 'bench')!r}); import compile_time as c;"
+            f"sig, consts, warps = c.beam_case({n}); sys.path.insert(0, {str(tree)!r});"
+            f"[sys.modules.pop(m) for m in list(sys.modules) if m.split('.')[0] == 'patchsets'];"
+            f"import triton; from patchsets.ddtree.modules import ddtree_kernels as k;"
+            f"assert k.__file__.startswith({str(tree)!r}), k.__file__;"
+            f"from triton.backends.compiler import GPUTarget; from triton.compiler import ASTSource;"
+            f"t = time.perf_counter();"
+            f"triton.compile(ASTSource(fn=k._beam_prune_kernel, signature=sig, constexprs=consts),"
+            f" target=GPUTarget('cuda', 90, 32), options={{'num_warps': warps}});"
+            f"print(time.perf_counter() - t)")
+    with tempfile.TemporaryDirectory() as cache:
+        env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+        env["TRITON_CACHE_DIR"] = cache
+        env.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
+        out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    if out.returncode:
+        raise SystemExit(f"compiling the beam from {tree} failed:\n{out.stderr[-3000:]}")
+    return float(out.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--rev", help="also compile this git revision's ddtree_kernels.py, side by side")
+    ap.add_argument("--budgets", default="512", help="comma-separated N (default 512)")
+    ap.add_argument("--reps", type=int, default=1, help="compiles per version and N (median)")
+    args = ap.parse_args()
+    versions = [("this checkout", ROOT)]
+    tmp = tempfile.TemporaryDirectory() if args.rev else None
+    if tmp is not None:  # the revision's patchsets/ package, extracted whole (the kernels import siblings)
+        tar = subprocess.run(["git", "archive", args.rev, "patchsets"], cwd=ROOT, capture_output=True, check=True)
+        subprocess.run(["tar", "-x", "-C", tmp.name], input=tar.stdout, check=True)
+        versions.append((args.rev, Path(tmp.name)))
+    try:
+        import triton
+        print(f"pruned beam compile for sm_90 on this CPU, triton {triton.__version__}, L 15, K = N, "
+              f"gen_wide 2, chain bound; seconds per compile (median of {args.reps})")
+        for n in (int(x) for x in args.budgets.split(",")):
+            secs = {}
+            for label, path in versions:
+                secs[label] = statistics.median(compile_seconds(path, n) for _ in range(args.reps))
+            line = " | ".join(f"{label}: {s:.1f} s" for label, s in secs.items())
+            if args.rev:
+                line += f" | ratio {secs[args.rev] / secs['this checkout']:.2f}x"
+            print(f"N {n}: {line}", flush=True)
+    finally:
+        if tmp is not None:
+            tmp.cleanup()
+
+
+if __name__ == "__main__":
+    main()
