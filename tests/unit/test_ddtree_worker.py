@@ -91,7 +91,10 @@ def test_draft_head_topk_single_rank_equals_dense_and_ignores_padding(dtype):
     for chunk in (3, 1000):
         c = Wk.draft_head_topk(hidden, weight, num_org=V, vocab_start=0, k=9, chunk_rows=chunk)
         assert torch.equal(c.ids, ids[0])
-        assert torch.equal(c.lse, lse[0])
+        if chunk >= hidden.shape[0]:  # one matmul over all rows: the dense computation itself
+            assert torch.equal(c.lse, lse[0])
+        else:  # a BLAS may sum a 3-row matmul in another order than a 14-row one (1 ulp on AMD EPYC)
+            torch.testing.assert_close(c.lse, lse[0])
         assert int(c.ids.max()) < V
 
 
