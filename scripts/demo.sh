@@ -3,6 +3,6 @@
 # holding sglang==0.5.23 from PyPI (--no-deps) — snapshot → diff → apply ddtree → status → rollback.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/setup.sh
+bash scripts/setup.sh --demo
 PY=${PYTHON:-python3}
 exec $PY -m sglang_patcher demo "$@"

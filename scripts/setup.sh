@@ -2,14 +2,20 @@
 # Installs what sglpatch and its tests need on a fresh Debian/Ubuntu machine (idempotent).
 # System: openssh-server (the tests' real sshd), python3-venv (target venvs a non-root user can run),
 # sudo (root-owned installs). Python: the CPU torch wheel first (pinned, so no CUDA build is pulled), then the project.
+# --demo (scripts/demo.sh): only what the main job needs — python3-venv and the project itself,
+# no torch, no test extras, no sshd.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+DEMO=0
+[ "${1:-}" = "--demo" ] && DEMO=1
 
 need_apt=()
-[ -x /usr/sbin/sshd ] || need_apt+=(openssh-server)
 /usr/bin/python3 -c 'import venv, ensurepip' 2>/dev/null || need_apt+=(python3-venv)
-# sudo: the tests of hosts whose SGLang install is root-owned (`sudo: true` in hosts.yaml)
-command -v sudo >/dev/null || need_apt+=(sudo)
+if [ $DEMO = 0 ]; then
+  [ -x /usr/sbin/sshd ] || need_apt+=(openssh-server)
+  # sudo: the tests of hosts whose SGLang install is root-owned (`sudo: true` in hosts.yaml)
+  command -v sudo >/dev/null || need_apt+=(sudo)
+fi
 if [ ${#need_apt[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo -n"; fi
   echo "setup: apt-get install ${need_apt[*]}"
@@ -20,6 +26,11 @@ fi
 PY=${PYTHON:-python3}
 FIND_LINKS=()
 [ -d /opt/wheels ] && FIND_LINKS=(--find-links /opt/wheels)
+if [ $DEMO = 1 ]; then
+  echo "setup: installing sglpatch (editable; the tests' extras come with scripts/test.sh)"
+  $PY -m pip install -q "${FIND_LINKS[@]}" -e .
+  exit 0
+fi
 if ! $PY -c 'import torch' 2>/dev/null; then
   echo "setup: installing CPU torch 2.13.0"
   if ls /opt/wheels/torch-2.13.0* >/dev/null 2>&1; then      # a local CPU wheel (this workplace)

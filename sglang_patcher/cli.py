@@ -23,7 +23,7 @@ from rich.text import Text
 
 from . import __version__
 from .errors import ConfigError, InventoryError, SglpatchError
-from .inventory import Host, Inventory, load_inventory
+from .inventory import HOSTS_ENV, Host, Inventory, default_inventory_path, load_inventory
 
 
 @dataclass
@@ -49,7 +49,15 @@ class AppContext:
 
     def host(self, name: str) -> Host:
         """Resolve a host name; ``sandbox`` falls back to the embedded default target."""
-        inv = self.inventory(required=name != "sandbox")
+        try:
+            inv = self.inventory(required=name != "sandbox")
+        except InventoryError as exc:
+            if not self.hosts_file and not default_inventory_path().exists():  # no inventory at all
+                raise InventoryError(f"unknown host {name!r}: there is no inventory ({exc.message})",
+                                     hint=f"describe {name} in ./hosts.yaml, or in a file named by --hosts "
+                                          f"FILE or ${HOSTS_ENV} (the repository's hosts.yaml shows the "
+                                          f"format); `--host sandbox` needs no inventory") from exc
+            raise
         if inv is not None and name in inv.names():
             return inv.get(name)
         if name == "sandbox":
@@ -114,6 +122,24 @@ def _global_flags(argv: list[str]) -> set[str]:
         else:
             break
     return flags
+
+
+def _interrupt_hint(args: list[str]) -> str | None:
+    """What to do after Ctrl-C, for the command line ``args``: an ``apply`` or ``rollback`` may
+    have left its journal on the host (named from ``--host``), any other command changed no host."""
+    cmd = next((a for i, a in enumerate(args) if not a.startswith("-")
+                and (i == 0 or args[i - 1] != "--hosts")), None)
+    if cmd not in ("apply", "rollback"):
+        return None
+    host = "HOST"
+    for i, a in enumerate(args):
+        if a == "--host" and i + 1 < len(args):
+            host = args[i + 1]
+        elif a.startswith("--host="):
+            host = a.split("=", 1)[1]
+    return (f"if the {cmd} had started changing {host}, the host holds its journal: `sglpatch status "
+            f"--host {host}` shows it, and the next `sglpatch apply` or `sglpatch rollback` on {host} "
+            f"finishes or undoes it")
 
 
 def _hoist_hosts(args: list[str]) -> list[str]:
@@ -215,9 +241,8 @@ def main(argv: list[str] | None = None) -> int:
         _silence_stdout()
         return 1
     except (click.exceptions.Abort, KeyboardInterrupt):
-        hint = ("if a deployment was running, the host holds its journal: `sglpatch status --host "
-                "HOST` shows it, and the next `apply` or `rollback` finishes or undoes it")
-        err.print(f"Aborted.\n  hint: {hint}", markup=False)
+        hint = _interrupt_hint(args)
+        err.print("Aborted." + (f"\n  hint: {hint}" if hint else ""), markup=False)
         json_error("aborted (interrupted)", 130, hint, "Aborted")
         return 130
     except click.ClickException as exc:

@@ -6,7 +6,7 @@ import sys
 
 import click
 
-from . import service
+from . import deploy, service
 from .cli import AppContext, cli, pass_app
 from .errors import ConfigError, DriftError
 from .inventory import default_inventory_path
@@ -63,8 +63,15 @@ def diff_cmd(app: AppContext, patchset: str, host_name: str | None, version: str
         raise ConfigError("diff needs exactly one of --host HOST or --sglang VERSION",
                           hint="e.g. `sglpatch diff ddtree --sglang 0.5.23`")
     host = app.host(host_name) if host_name else None
-    result = service.diff_patchset(patchset, host=host, version=version, log=app.say)
-    app.result(result)
+    result = service.diff_patchset(patchset, host=host, version=version, log=app.err.print)
+    if app.as_json:
+        app.result(result)
+    else:  # the summary on stderr, the diff alone on stdout: `sglpatch diff ... > x.patch` is a patch
+        app.err.print(result.summary())
+        if app.console.is_terminal:
+            app.console.print(deploy.diff_view(result.result.diff_text()), soft_wrap=True)
+        else:
+            click.echo(result.result.diff_text(), nl=False)
     if result.drifted:  # the diff is shown (from pristine copies), but apply would refuse: say so in the code
         raise click.exceptions.Exit(DriftError.exit_code)
 
@@ -145,6 +152,22 @@ def demo_cmd(app: AppContext, version: str, patchset: str, with_deps: bool) -> N
 @cli.group("patchset")
 def patchset_group() -> None:
     """Maintainer commands for patchsets."""
+
+
+@patchset_group.command("tree")
+@click.argument("version")
+@pass_app
+def patchset_tree_cmd(app: AppContext, version: str) -> None:
+    """Print the directory of the verified pristine tree of sglang VERSION (its PyPI wheel,
+    downloaded and checked against RECORD once, then cached): what `diff --sglang` patches, e.g.
+    for `git apply --check` of a saved diff."""
+    from .wheelcache import pristine_tree
+
+    tree = pristine_tree(version).tree
+    if app.as_json:
+        app.result({"sglang_version": version, "tree": str(tree)})
+    else:
+        click.echo(str(tree))  # whole, never wrapped: `$(sglpatch patchset tree 0.5.23)`
 
 
 @patchset_group.command("refresh")

@@ -11,7 +11,8 @@ from typing import TYPE_CHECKING
 from rich.rule import Rule
 
 from . import service
-from .errors import DriftError, StateError
+from .deploy import ACTIVE
+from .errors import DeployError, DriftError, StateError
 from .patchset import load_patchset
 from .sandbox import ensure_sandbox, sandbox_dir, sandbox_host
 
@@ -36,6 +37,15 @@ def run_demo(app: "AppContext", *, version: str, patchset: str, with_deps: bool 
     snap = service.snapshot_host(host, log=app.say)
     app.say(snap)
     results["snapshot"] = snap
+
+    before = service.host_status(host, patchset=patchset)
+    active = [d["id"] for d in before.deployments if d.get("phase") in ACTIVE]
+    if active or before.journal or before.overall != "pristine":  # the user's own: never take it off
+        raise DeployError(f"sandbox: carries {', '.join(active) or before.overall} (an earlier `sglpatch apply "
+                          f"--host sandbox`?); the demo starts from a pristine sandbox and would change it",
+                          hint="take it off with `sglpatch rollback --host sandbox` (or delete "
+                               f"{sandbox_dir(version)}: the demo rebuilds it), then run the demo again")
+    results["sandbox_before"] = before.overall
 
     step(f"2. diff: what patchset {patchset!r} would change (strict, fuzz 0)")
     diff = service.diff_patchset(patchset, host=host, log=app.say)

@@ -56,6 +56,7 @@ from .manifest import read_record
 from .remote import launcher
 from .state import safe_component, sglpatch_home
 from .transport.base import Transport
+from .transport.local import LocalTransport
 
 __all__ = ["apply_to_host", "plan_apply", "rollback_host", "host_status", "DeployPlan", "DeployResult",
            "FilePlan", "StatusReport", "FileStatus", "RollbackResult", "PristineSource", "AgentClient",
@@ -226,8 +227,11 @@ class AgentClient:
         raise AgentError(msg, kind=kind, details=details, hint=hint)
 
     # -- the ops
-    def inspect(self, paths: list[str]) -> dict[str, Any]:
-        return self.call("inspect", {"paths": sorted(paths)})
+    def inspect(self, paths: list[str], *, backups: bool = False) -> dict[str, Any]:
+        """Live hashes of ``paths``, lock, journal, records, free space; with ``backups`` also
+        ``bad_backups``: {deployment id: {path: backup path}} for each active deployment whose
+        rollback would miss a backup (absent or not its recorded sha256)."""
+        return self.call("inspect", {"paths": sorted(paths), "backups": backups})
 
     def history(self) -> dict[str, Any]:
         return self.call("history")
@@ -638,11 +642,19 @@ class StatusReport:
     revision: int | None = None
     damaged: list[str] = field(default_factory=list)  # damaged records' paths on the host
     older_revision: int | None = None  # judged against a patchset: the earlier revision installed whole
+    bad_backups: dict[str, dict[str, str]] = field(default_factory=dict)  # id → {path: backup} a rollback lacks
+    local_backups: dict[str, str] = field(default_factory=dict)  # id → local copies' dir, for bad_backups
+
+    @property
+    def held_paths(self) -> set[str]:
+        """The paths that the host's active deployments wrote (their records' files)."""
+        return {p for d in self.deployments if d.get("phase") in ACTIVE for p in d.get("files", {})}
 
     @property
     def overall(self) -> str:
         """pristine | patched | mixed | drifted | pending (an interrupted deployment) | unknown,
-        older (judged against a patchset: one earlier revision of it, whole), or damaged (a
+        older (judged against a patchset: one earlier revision of it, whole), newer (judged against
+        a patchset: its files at later revisions, by the host's records), or damaged (a
         journal or deployment record on the host cannot be read: apply and rollback refuse until
         it is restored or moved aside)."""
         if self.damaged:
@@ -653,7 +665,7 @@ class StatusReport:
             return "pristine" if not any(d.get("phase") in ACTIVE for d in self.deployments) else "unknown"
         # Files no active deployment holds (e.g. a module a rolled-back revision created) must be
         # at rest (pristine, or absent as in the release); the held ones decide patched or not.
-        active = {p for d in self.deployments if d.get("phase") in ACTIVE for p in d.get("files", {})}
+        active = self.held_paths
         held = [f for f in self.files if f.path in active]
         rest_ok = all(f.state in ("pristine", "absent") for f in self.files if f.path not in active)
         if any(f.state == "drifted" for f in self.files):
@@ -665,6 +677,11 @@ class StatusReport:
                 return "patched"
             if self.older_revision is not None:
                 return "older"
+            revs = {f.revision for f in self.files if f.state == "patched"}  # later revisions, by the
+            if (revs and None not in revs and all(f.state in ("patched", "absent") for f in self.files)
+                    and all(int(r) >= int(self.revision or 0) for r in revs)                      # host's
+                    and max(int(r) for r in revs) > int(self.revision or 0)):                     # records
+                return "newer"
             return "mixed"
         if held and rest_ok and all(f.state == "patched" for f in held):
             return "patched"
@@ -676,7 +693,8 @@ class StatusReport:
                 "files": [f.to_json() for f in self.files],
                 "deployments": [_record_summary(d) for d in self.deployments],
                 "journal": _record_summary(self.journal) if self.journal else None, "lock": self.lock,
-                "damaged": list(self.damaged), "older_revision": self.older_revision}
+                "damaged": list(self.damaged), "older_revision": self.older_revision,
+                "bad_backups": dict(self.bad_backups), "local_backups": dict(self.local_backups)}
 
     def __rich__(self):
         from rich.console import Group
@@ -685,10 +703,33 @@ class StatusReport:
 
         overall = self.overall + (f" (r{self.older_revision} of {self.patchset}; r{self.revision} is the newest: "
                                   f"`sglpatch apply {self.patchset}` upgrades)" if self.overall == "older" else "")
+        if self.overall == "newer":
+            later = sorted({int(f.revision) for f in self.files if f.state == "patched"} - {int(self.revision or 0)})
+            overall += (f" (r{'/r'.join(map(str, later))} of {self.patchset} is installed, later than the "
+                        f"r{self.revision} asked about; a rollback goes back)")
         parts: list[Any] = [Text(f"{self.host} (sglang {self.sglang_version}): {overall}", style="bold")]
         if self.damaged:
             parts.append(Text(f"  damaged deployment record(s): {', '.join(self.damaged)} — apply and rollback "
                               f"refuse until they are fixed; {_damaged_hint(self.host)}", style="bold red"))
+        held = self.held_paths
+        orphans = [f.path for f in self.files if f.state == "patched" and f.path not in held]
+        if orphans and not self.journal:
+            parts.append(Text(f"  {len(orphans)} file(s) carry a patchset's bytes, but no active deployment record "
+                              f"on the host names them (lost or moved?): {', '.join(orphans[:3])}"
+                              f"{' …' if len(orphans) > 3 else ''} — `sglpatch rollback --host {self.host}` says "
+                              f"where local copies of the records are", style="bold red"))
+        for d in self.deployments:
+            if (d.get("phase") in ACTIVE and d.get("sglang_version") and self.sglang_version
+                    and str(d["sglang_version"]) != str(self.sglang_version)):
+                parts.append(Text(f"  deployment {d.get('id')} was made on sglang {d['sglang_version']}; the host "
+                                  f"now has {self.sglang_version} (reinstalled under it): rollback refuses and says "
+                                  f"what to do", style="bold red"))
+        for did, bad in sorted(self.bad_backups.items()):
+            parts.append(Text(f"  deployment {did}: {len(bad)} backup(s) missing or damaged on the host "
+                              f"({', '.join(sorted(bad.values()))}) — `sglpatch rollback` refuses until they "
+                              f"are back; " + (f"local copies: {self.local_backups[did]}/ (`sglpatch rollback --host "
+                                               f"{self.host}` says which goes where)" if did in self.local_backups
+                                               else "no local copy either"), style="bold red"))
         if self.journal:
             parts.append(Text(f"  pending: deployment {self.journal.get('id')} interrupted in phase "
                               f"{self.journal.get('phase')} — run apply again or rollback", style="yellow"))
@@ -772,6 +813,20 @@ def _files_table(title: str, files: Any, plan: bool = False):
 def _local_paths(home: Path, host: str, deployment_id: str) -> tuple[Path, Path]:
     h = safe_component(host)
     return (home / "deployments" / h / f"{deployment_id}.json", home / "backups" / h / deployment_id)
+
+
+def _local_only_active(home: Path, host: str, on_host: set[str]) -> list[Path]:
+    """Local copies of ``host``'s deployment records that are active (by their phase) but that the
+    host's records do not name: their host record was lost or moved."""
+    out = []
+    for p in sorted((home / "deployments" / safe_component(host)).glob("*.json")):
+        try:
+            rec = json.loads(p.read_text())
+        except (OSError, ValueError):
+            continue
+        if isinstance(rec, dict) and rec.get("phase") in ACTIVE and rec.get("id") not in on_host:
+            out.append(p)
+    return out
 
 
 def save_local_record(home: Path, host: str, record: dict[str, Any],
@@ -1040,10 +1095,10 @@ def apply_to_host(transport: Transport, host: Any, info: Any, patchset: Any, *, 
                               "to overwrite (they are backed up first)")
         err.files = plan.drifted  # type: ignore[attr-defined]
         raise err
+    if dry_run and (plan.to_push or j is not None):  # a pending journal: the real run would
+        return done("dry_run", plan)                 # resume it or roll it back, never a no-op
     if not plan.to_push:
         return done("already_applied", plan)
-    if dry_run:
-        return done("dry_run", plan)
     if ins.get("journal") is None:
         lock_takeover = _lock_takeover(name, ins.get("lock"), break_lock, "cannot deploy")
     else:
@@ -1148,10 +1203,18 @@ def rollback_host(transport: Transport, host: Any, info: Any, deployment_id: str
     active = [d for d in order if d.get("phase") in ACTIVE]
     if deployment_id is None:
         if not active:
+            shown = [d['id'] + ' ' + str(d.get('phase')) for d in order]
+            lost = _local_only_active(home, name, set(records))
+            hint = (f"no sglpatch deployment is active in the host's records; `sglpatch status --host {name}` "
+                    f"shows each file's state")
+            if lost:
+                hint = (f"the host has no record of deployment(s) {', '.join(p.stem for p in lost)}, active in "
+                        f"the local copies: {', '.join(str(p) for p in lost)} — if its files are still patched "
+                        f"(`sglpatch status --host {name}`), copy the record back into the host's .sglpatch/"
+                        f"deployments/ and roll back again")
             raise StateError(f"{name}: no deployment to roll back (history: "
-                             f"{', '.join(d['id'] + ' ' + str(d.get('phase')) for d in order) or 'empty'})",
-                             hint=f"no sglpatch deployment is active on this host; `sglpatch status --host "
-                                  f"{name}` shows each file's state")
+                             f"{', '.join(shown[-5:]) or 'empty'}"
+                             f"{f', and {len(shown) - 5} earlier' if len(shown) > 5 else ''})", hint=hint)
         todo = [active[-1]]
     else:
         if deployment_id not in records:
@@ -1162,6 +1225,7 @@ def rollback_host(transport: Transport, host: Any, info: Any, deployment_id: str
         first = records[deployment_id]
         todo = [d for d in todo if d is first or set(d.get("files", {})) & set(first.get("files", {}))]
         todo.reverse()
+    _refuse_other_release(name, info, todo, home)
     takeover = _lock_takeover(name, hist.get("lock"), break_lock, "cannot roll back")
     if todo:
         check_local_writable(home, name)
@@ -1176,7 +1240,8 @@ def rollback_host(transport: Transport, host: Any, info: Any, deployment_id: str
             out = agent.rollback(d["id"], holder, break_lock=takeover, force=force)
         except AgentStateError as exc:
             if exc.kind == "backup_missing":
-                exc.hint = _missing_backups_hint(home, name, d["id"], exc.details.get("backups", {}))
+                exc.hint = _missing_backups_hint(home, name, d["id"], exc.details.get("backups", {}),
+                                                 local=isinstance(transport, LocalTransport))
             raise
         (already if out.get("already") else rolled).append(d["id"])
         save_local_record(home, name, out["deployment"])
@@ -1186,14 +1251,40 @@ def rollback_host(transport: Transport, host: Any, info: Any, deployment_id: str
                           round_trips=transport.round_trips - rt0, seconds=time.monotonic() - t0)
 
 
-def _missing_backups_hint(home: Path, host: str, deployment_id: str, backups: dict[str, str]) -> str:
+def _refuse_other_release(name: str, info: Any, todo: list[dict[str, Any]], home: Path) -> None:
+    """Refuse to roll back a deployment made on another SGLang release than the host has now:
+    its backups are the old release's files, and restoring them (``--force`` included) would
+    write them over the new install. Raises :class:`StateError` naming both releases."""
+    now = str(getattr(info, "sglang_version", "") or "")
+    other = [d for d in todo if d.get("sglang_version") and now and str(d["sglang_version"]) != now]
+    if not other:
+        return
+    d = other[0]
+    created = sorted(p for p, f in d.get("files", {}).items() if f.get("before") is None)
+    local = _local_paths(home, name, d["id"])[0]
+    raise StateError(
+        f"{name}: deployment {d['id']} was made on sglang {d['sglang_version']}, but the host now has "
+        f"sglang {now}: its backups are {d['sglang_version']}'s files, and restoring them (even with "
+        f"--force) would write them over the {now} install; nothing was changed",
+        hint=(f"installing sglang {now} replaced the patched files it ships"
+              + (f"; files the deployment added are still there: {', '.join(created)} — delete them if "
+                 f"sglang {now} does not ship them" if created else "")
+              + f"; then move the host's record deployments/{d['id']}.json out of its .sglpatch/ state "
+                f"directory (a local copy stays at {local}) and check with `sglpatch status --host {name}`; "
+                f"or reinstall sglang {d['sglang_version']} on the host and roll back"))
+
+
+def _missing_backups_hint(home: Path, host: str, deployment_id: str, backups: dict[str, str], *,
+                         local: bool = False) -> str:
     """What to do when the host lost backups of a deployment: the local copies that
-    ``save_local_record`` kept (under $SGLPATCH_HOME/backups/HOST/ID/), each with where it goes."""
+    ``save_local_record`` kept (under $SGLPATCH_HOME/backups/HOST/ID/), each with where it goes
+    (``local``: the host is this machine, so a plain copy, not scp)."""
     bdir = _local_paths(home, host, deployment_id)[1]
     have = {rel: bdir / rel for rel in backups if (bdir / rel).is_file()}
-    lines = [f"copy {have[rel]} to {host}:{backups[rel]}" for rel in sorted(have)]
+    lines = [f"copy {have[rel]} to {'' if local else host + ':'}{backups[rel]}" for rel in sorted(have)]
     lost = sorted(set(backups) - set(have))
-    text = ("; ".join(lines) + " (e.g. with scp), then rerun `sglpatch rollback --host " + host + "`") if lines else ""
+    how = "" if local else " (e.g. with scp)"
+    text = ("; ".join(lines) + how + ", then rerun `sglpatch rollback --host " + host + "`") if lines else ""
     if lost:
         text += ("; " if text else "") + (f"no local copy of {', '.join(lost)} either: reinstall the SGLang release "
                                           "on the host or restore those files by hand, then check `sglpatch status`")
@@ -1211,7 +1302,8 @@ def _record_hashes(info: Any) -> dict[str, str | None]:
     return dict(rec)
 
 
-def host_status(transport: Transport, host: Any, info: Any, patchset: Any = None) -> StatusReport:
+def host_status(transport: Transport, host: Any, info: Any, patchset: Any = None, *,
+                home: Path | None = None) -> StatusReport:
     """Per touched file: pristine / patched (patchset, revision) / drifted, by hashes; plus history.
 
     With ``patchset``: its touched files, judged against its pristine/expected/history hashes (one
@@ -1234,10 +1326,15 @@ def host_status(transport: Transport, host: Any, info: Any, patchset: Any = None
                 paths.add(p)
                 known.setdefault(p, []).append(("patched", h, rev))
         pristine_of = {p: pristine_h.get(p, record_h.get(p)) for p in paths}
-        ins = agent.inspect(sorted(paths))
+        ins = agent.inspect(sorted(paths), backups=True)
         deployments = ins.get("deployments", [])
+        for d in deployments:  # what a later revision wrote is the host's records' to say (not drift)
+            if d.get("phase") in ACTIVE and d.get("patchset") == ps_name and isinstance(d.get("files"), dict):
+                for p, f in d["files"].items():
+                    if p in paths and isinstance(f, dict) and f.get("after"):
+                        known.setdefault(p, []).append(("patched", f["after"], d.get("revision")))
     else:
-        first = agent.inspect([])
+        first = agent.inspect([], backups=True)
         deployments = first.get("deployments", [])
         paths = set()
         pristine_of = {}
@@ -1252,7 +1349,7 @@ def host_status(transport: Transport, host: Any, info: Any, patchset: Any = None
         for p in paths:
             if p in record_h:
                 pristine_of[p] = record_h[p]
-        ins = agent.inspect(sorted(paths)) if paths else first
+        ins = {**agent.inspect(sorted(paths)), "bad_backups": first.get("bad_backups", {})} if paths else first
         by_path_ps = {}
         for d in recs:
             for p in d.get("files", {}):
@@ -1289,7 +1386,11 @@ def host_status(transport: Transport, host: Any, info: Any, patchset: Any = None
             older = r
     damaged = damaged_records(ins)
     journal = ins.get("journal")
+    bad = ins.get("bad_backups", {})
+    local_copies = {did: str(bdir) for did in bad  # where save_local_record kept the originals, if it did
+                    if (bdir := _local_paths(home or sglpatch_home(), name, did)[1]).is_dir()}
     return StatusReport(host=name, sglang_version=version, files=files,
                         deployments=[d for d in deployments if not _is_damaged(d)],
                         journal=None if journal is None or _is_damaged(journal) else journal, lock=ins.get("lock"),
-                        patchset=ps_name, revision=ps_rev, damaged=damaged, older_revision=older)
+                        patchset=ps_name, revision=ps_rev, damaged=damaged, older_revision=older,
+                        bad_backups=bad, local_backups=local_copies)

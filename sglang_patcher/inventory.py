@@ -220,6 +220,8 @@ def parse_inventory(text: str, *, origin: str = "hosts.yaml") -> Inventory:
                              hint="YAML would silently keep only the last one; rename or remove one")
     if data is None:
         data = {}
+    if isinstance(data, dict) and "hosts" in data and data["hosts"] is None:
+        data = {**data, "hosts": {}}  # `hosts:` with nothing under it: an empty inventory, as an empty file
     if not isinstance(data, dict) or not isinstance(data.get("hosts", {}), dict):
         raise InventoryError(f"{origin}, line 1: expected a mapping `hosts: {{NAME: {{...}}}}`",
                              hint="see the repository's hosts.yaml for the format")

@@ -30,7 +30,7 @@ Lookup of a name: ``./patchsets/<name>/`` (the working directory), then the inst
 package (shipped as package data). A path (anything with a ``/`` or an existing directory or
 ``patchset.yaml`` file) is loaded as is.
 
-Maintainer step after changing a series: ``python -m sglang_patcher.patchset_tool refresh DIR VERSION``
+Maintainer step after changing a series: ``sglpatch patchset refresh DIR --sglang VERSION``
 recomputes ``pristine``/``expected`` for VERSION from the PyPI wheel (``wheelcache``) and rewrites only
 those two mappings in ``patchset.yaml`` (comments and the rest of the file are kept).
 """
@@ -316,7 +316,7 @@ class Patchset:
                 f"patchset {self.name} r{self.revision}: patchset.yaml is stale for sglang {version} "
                 f"(its hashes do not describe what the series renders):\n    " + "\n    ".join(problems),
                 hint=f"if the series changed on purpose, refresh the hashes: "
-                     f"python -m sglang_patcher.patchset_tool refresh {self.root} {version}")
+                     f"sglpatch patchset refresh {self.root} --sglang {version}")
 
     # --------------------------------------------------------------------------------- states
 

@@ -256,7 +256,10 @@ class DiffReport:
             **({"exit_code": DriftError.exit_code} if self.drifted else {}),
         }
 
-    def __rich__(self) -> Group:
+    def summary(self) -> Group:
+        """What the diff is (patchset, revision, release, source, counts), its hunks applied at an
+        offset, the applier's notes and the drifted host files: everything but the diff itself
+        (``sglpatch diff`` prints it on stderr, so that stdout is a clean patch)."""
         changed = self.result.changed_files()
         head = Text.assemble(
             (f"{self.patchset.name} revision {self.patchset.revision}", "bold"),
@@ -275,6 +278,10 @@ class DiffReport:
                               f"pristine release nor any revision of {self.patchset.name}; this diff starts "
                               f"from their pristine copies, and apply refuses them unless --force): "
                               + ", ".join(self.drifted), style="bold red"))
+        return Group(*parts)
+
+    def __rich__(self) -> Group:
+        parts: list[Any] = [self.summary()]
         if self.full:
             parts.append(deploy.diff_view(self.result.diff_text()))
         else:

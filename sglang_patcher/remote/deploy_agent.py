@@ -437,7 +437,20 @@ def op_inspect(a):
         except OSError:
             pass
     dirs = sorted({os.path.dirname(h.target(p)) for p in a.get("paths", [])})
-    return {"files": files, "lock": h.read_lock(), "journal": h.journal(), "deployments": h.records(),
+    records = h.records()
+    out = {}
+    if a.get("backups"):  # status: the backups a rollback of each active deployment would need
+        out["bad_backups"] = {}
+        for r in records:
+            if r.get("phase") not in ACTIVE_PHASES:
+                continue
+            try:
+                bad = bad_backups(h, check_id(r.get("id")), r["files"])
+            except Exception:  # a damaged record: the host side reports it as damaged
+                continue
+            if bad:
+                out["bad_backups"][r["id"]] = bad
+    return {"files": files, "lock": h.read_lock(), "journal": h.journal(), "deployments": records, **out,
             "space": {"site_packages": dir_facts(h.root), "state_dir": dir_facts(h.state)},
             "dirs": {d: dir_facts(d) for d in dirs},
             "site_packages": h.root, "state_dir": h.state, "euid": os.geteuid(),
@@ -638,20 +651,27 @@ def commit(h, did, plan, resume=False):
         purge_bytecode(h.target(rel))
 
 
-def check_backups(h, did, plan):
-    """Before any file is restored: every backup the restore will read exists and has its recorded
-    sha256. Raises Fail(backup_missing) naming each missing or wrong one (backups: {rel: path});
-    nothing is written."""
+def bad_backups(h, did, plan):
+    """The backups a restore of ``plan`` would read that are missing or do not have their recorded
+    sha256: {rel: backup path} (a file already back at its original needs none)."""
     bad = {}
     for rel, e in sorted(plan.items()):
-        if e["before"] is None:
+        if e.get("before") is None:
             continue
         live = file_info(h.target(rel))
-        if live["sha256"] == e["before"] and live.get("mode") == e["orig_mode"]:
+        if live["sha256"] == e["before"] and live.get("mode") == e.get("orig_mode"):
             continue
         bpath = h.backup_for(did, rel)
         if not os.path.isfile(bpath) or sha256_file(bpath) != e["before"]:
             bad[rel] = bpath
+    return bad
+
+
+def check_backups(h, did, plan):
+    """Before any file is restored: every backup the restore will read exists and has its recorded
+    sha256. Raises Fail(backup_missing) naming each missing or wrong one (backups: {rel: path});
+    nothing is written."""
+    bad = bad_backups(h, did, plan)
     if bad:
         raise Fail("backup_missing", "%d backup(s) of deployment %s are missing or damaged on the host: %s; "
                    "nothing was restored" % (len(bad), did, ", ".join(sorted(bad.values()))), backups=bad)

@@ -66,8 +66,8 @@ def file_states(status_json) -> dict[str, str]:
 
 
 def test_diff_against_the_pypi_wheel_needs_no_ssh(capsys, sglpatch_home):
-    code, out, err = run_cli(capsys, "diff", "ddtree", "--sglang", VERSION)
-    assert code == 0, err
+    code, out, plain_err = run_cli(capsys, "diff", "ddtree", "--sglang", VERSION)
+    assert code == 0, plain_err
     assert "+    DDTREE = auto()" in out
     assert "sglang/srt/speculative/spec_info.py" in out
 
@@ -82,6 +82,16 @@ def test_diff_against_the_pypi_wheel_needs_no_ssh(capsys, sglpatch_home):
     assert long_lines
     printed = set(out.splitlines())
     assert all(line in printed for line in long_lines)
+    # stdout is the patch alone (`sglpatch diff ... > x.patch`); what it is goes to stderr
+    assert out == data["diff"]
+    assert "hunk(s) applied strictly" in plain_err and "pristine tree: sglang==" in plain_err
+    # ...which `git apply --check` accepts against the pristine tree `patchset tree` names
+    code, tree, _ = run_cli(capsys, "patchset", "tree", VERSION)
+    assert code == 0 and Path(tree.strip(), "sglang", "srt").is_dir(), tree
+    import subprocess
+    check = subprocess.run(["git", "apply", "--check", "-"], cwd=tree.strip(), input=out.encode(),
+                           capture_output=True)
+    assert check.returncode == 0, check.stderr.decode()
 
 
 def test_diff_of_an_unsupported_release_lists_the_supported_ones(capsys, sglpatch_home):
@@ -238,7 +248,7 @@ def test_diff_against_a_host_names_the_files_apply_would_refuse_as_drifted_and_e
     assert "+    DDTREE = auto()" in data["diff"]
     code, out, err = run_cli(capsys, "--hosts", str(hosts), "diff", "ddtree", "--host", "here")
     assert code == 7, err
-    assert "drifted on the host" in out and p in out
+    assert "drifted on the host" in err and p in err
 
 
 def test_drift_is_refused_then_forced(capsys, tmp_path, sglpatch_home, local_target):
@@ -261,6 +271,19 @@ def test_bad_hosts_yaml_names_the_file_and_line(capsys, tmp_path, sglpatch_home)
     code, _, err = run_cli(capsys, "--hosts", str(bad), "hosts")
     assert code == 2
     assert str(bad) in err and "line 5" in err and "absolute" in err
+
+
+def test_a_host_name_without_any_inventory_says_so(capsys, tmp_path, monkeypatch, sglpatch_home):
+    """No ./hosts.yaml, no --hosts, no $SGLPATCH_HOSTS: a host name is unknown because there is no
+    inventory, and the hint says where one goes; `sandbox` still works without one."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("SGLPATCH_HOSTS", raising=False)
+    code, data = run_json(capsys, "status", "--host", "gpu-9")[:2]
+    assert code == 2 and data["error"].startswith("unknown host 'gpu-9': there is no inventory"), data
+    assert "./hosts.yaml" in data["hint"] and "--host sandbox" in data["hint"]
+    (tmp_path / "hosts.yaml").write_text("hosts:\n")  # an inventory that names no host
+    code, data = run_json(capsys, "status", "--host", "gpu-9")[:2]
+    assert code == 2 and "there is no inventory" not in data["error"] and "gpu-9" in data["error"], data
 
 
 def test_unknown_host_lists_the_known_ones(capsys, tmp_path, sglpatch_home):
@@ -472,6 +495,32 @@ def test_rollback_with_nothing_deployed_says_so_and_where_to_look(capsys, tmp_pa
     assert live() == before  # nothing written
 
 
+def test_a_host_record_lost_is_named_by_status_and_rollback_points_at_the_local_copy(capsys, tmp_path,
+                                                                                     sglpatch_home, local_target):
+    """The host's deployment record moved away while its files stay patched: status says so (not a
+    bare "mixed"), rollback's hint names the local copy, and with it copied back the rollback works."""
+    import shutil
+
+    from sglang_patcher.inventory import Host
+
+    hosts = write_hosts(tmp_path / "hosts.yaml",
+                        Host(name="here", transport="local", python=str(local_target)))
+    h = ["--hosts", str(hosts)]
+    assert run_json(capsys, *h, "apply", "ddtree", "--host", "here", "--yes")[0] == 0
+    records = local_target.site_packages / ".sglpatch" / "deployments"
+    rec = next(records.glob("*.json"))
+    moved = tmp_path / rec.name
+    shutil.move(rec, moved)
+    code, out, _ = run_cli(capsys, *h, "status", "--host", "here", "--patchset", "ddtree")
+    assert code == 0 and "no active deployment record on the host names them" in " ".join(out.split()), out
+    code, data, _ = run_json(capsys, *h, "rollback", "--host", "here")
+    local = sglpatch_home / "deployments" / "here" / rec.name
+    assert code == 10 and str(local) in data["hint"] and "copy the record back" in data["hint"], data
+    shutil.copyfile(local, rec)  # what the hint says
+    assert run_json(capsys, *h, "rollback", "--host", "here")[0] == 0
+    assert run_json(capsys, *h, "status", "--host", "here", "--patchset", "ddtree")[1]["overall"] == "pristine"
+
+
 def test_rollback_of_files_already_back_to_their_originals_is_not_drift(capsys, tmp_path, sglpatch_home,
                                                                        local_target):
     from sglang_patcher.inventory import Host
@@ -625,18 +674,26 @@ def test_a_missing_host_backup_restores_nothing_and_names_the_local_copy(capsys,
     assert lost.is_file()
     saved = lost.read_bytes()
     lost.unlink()
+    # status names it before any rollback is tried (with and without a patchset to judge by)
+    for extra in ([], ["--patchset", "ddtree"]):
+        code, data, _ = run_json(capsys, *h, "status", "--host", "here", *extra)
+        assert code == 0 and data["bad_backups"] == {did: {"sglang/srt/speculative/spec_utils.py": str(lost)}}, data
+        assert str(sglpatch_home / "backups" / "here" / did) in data["local_backups"][did], data
+    code, out, _ = run_cli(capsys, *h, "status", "--host", "here")
+    assert f"deployment {did}: 1 backup(s) missing or damaged" in out and "rollback` refuses" in out
     before = {p: p.read_bytes() for p in (sp / "sglang").rglob("*.py")}
     code, data, _ = run_json(capsys, *h, "rollback", "--host", "here")
     assert code == 10, data
     assert str(lost) in data["error"] and "nothing was restored" in data["error"]
     local_copy = sglpatch_home / "backups" / "here" / did / "sglang" / "srt" / "speculative" / "spec_utils.py"
     assert local_copy.read_bytes() == saved
-    assert f"copy {local_copy} to here:{lost}" in data["hint"], data["hint"]
+    assert f"copy {local_copy} to {lost}" in data["hint"] and "scp" not in data["hint"], data["hint"]  # a local host
     assert {p: p.read_bytes() for p in (sp / "sglang").rglob("*.py")} == before, "nothing restored"
     assert not (state / "journal.json").exists() and not (state / "lock").exists()
     code, data, _ = run_json(capsys, *h, "status", "--host", "here")
     assert data["overall"] == "patched", data
     shutil.copyfile(local_copy, lost)  # what the hint says
+    assert run_json(capsys, *h, "status", "--host", "here")[1]["bad_backups"] == {}
     code, data, _ = run_json(capsys, *h, "rollback", "--host", "here")
     assert code == 0, data
     code, data, _ = run_json(capsys, *h, "status", "--host", "here")
@@ -721,3 +778,31 @@ def test_declining_the_prompt_deploys_nothing_and_exits_1(capsys, tmp_path, sglp
     assert {p: p.read_bytes() for p in (sp / "sglang").rglob("*.py")} == before
     assert not (sp / ".sglpatch" / "lock").exists()
 
+
+
+@pytest.mark.parametrize("args,host", [
+    (["apply", "ddtree", "--host", "gpu-7"], "gpu-7"),
+    (["--hosts", "inv.yaml", "rollback", "--host=gpu-8"], "gpu-8"),
+    (["--json", "apply", "ddtree"], "HOST"),
+    (["diff", "ddtree", "--host", "gpu-7"], None),
+    (["--hosts", "apply", "snapshot", "gpu-7"], None),  # an inventory file named "apply"
+])
+def test_interrupt_hint_names_the_host_and_only_for_apply_and_rollback(capsys, monkeypatch, args, host):
+    """Ctrl-C (KeyboardInterrupt) anywhere in a command: exit 130, "Aborted."; apply and rollback
+    point at the journal on the host the command line named, other commands change no host."""
+    from sglang_patcher import cli as cli_module
+
+    def interrupted(*a, **k):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli_module.cli, "main", interrupted)
+    code, out, err = run_cli(capsys, *args)
+    assert code == 130 and err.startswith("Aborted.")
+    if host is None:
+        assert "hint" not in err and "journal" not in err
+    else:
+        assert f"sglpatch status --host {host}`" in err and f"rollback` on {host}" in err
+        assert "--host HOST" not in err or host == "HOST"
+    if "--json" in args:
+        doc = json.loads(out)
+        assert doc["exit_code"] == 130 and doc["type"] == "Aborted" and "journal" in doc["hint"]

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.integration.test_cli import live_hash, record_hashes, run_json, write_hosts
+from tests.integration.test_cli import live_hash, record_hashes, run_cli, run_json, write_hosts
 
 pytestmark = [pytest.mark.sglang]
 
@@ -48,6 +48,13 @@ def test_cli_r1_then_r2_then_rollback_twice_local(capsys, tmp_path, sglpatch_hom
     code, data, err = run_json(capsys, *h, "status", "--host", "here", "--patchset", "ddtree")
     assert code == 0, err
     assert {(f["state"], f["revision"]) for f in data["files"]} == {("patched", 2)}, data["files"]
+    # judged against r1, the r2 files are the host's records' later revision, not drift
+    code, data, err = run_json(capsys, *h, "status", "--host", "here", "--patchset", "ddtree@1")
+    assert code == 0, err
+    assert data["overall"] == "newer", [(f["path"], f["state"], f["revision"]) for f in data["files"]]
+    assert not [f for f in data["files"] if f["state"] == "drifted"], data["files"]
+    code, out, err = run_cli(capsys, *h, "status", "--host", "here", "--patchset", "ddtree@1")
+    assert "later than the r1 asked about" in " ".join(out.split()), out
 
     code, _, err = run_json(capsys, *h, "rollback", "--host", "here")
     assert code == 0, err

@@ -39,3 +39,17 @@ def test_demo_tells_the_whole_story_and_leaves_the_sandbox_pristine(capsys, sglp
     data = json.loads(out)
     assert data["apply"]["status"] == "applied"
     assert data["reapply"]["status"] == "already_applied"
+    assert data["sandbox_before"] == "pristine" and "already carries" not in err
+
+    # a deployment of the user's own on the sandbox (here r1): the demo refuses before any step
+    # changes it, and says how to clear it
+    assert main(["apply", "ddtree@1", "--host", "sandbox", "--yes"]) == 0
+    before = hashlib.sha256((site / rel).read_bytes()).hexdigest()
+    capsys.readouterr()
+    code = main(["demo"])
+    out, err = capsys.readouterr()
+    assert code == 8, out + err
+    assert "sandbox: carries" in err and "sglpatch rollback --host sandbox" in err
+    assert hashlib.sha256((site / rel).read_bytes()).hexdigest() == before
+    assert main(["rollback", "--host", "sandbox"]) == 0
+    assert hashlib.sha256((site / rel).read_bytes()).hexdigest() == want

@@ -261,6 +261,48 @@ def test_interrupted_apply_is_finished_or_undone_by_the_next_run(env, monkeypatc
             assert hashlib.sha256(local.read_bytes()).hexdigest() == f["before"], p
 
 
+@pytest.mark.parametrize("point", ["pushed:0", "commit:1"])
+def test_dry_run_on_an_interrupted_deployment_says_so_and_changes_nothing(env, monkeypatch, point):
+    """A pending journal (files already written or half committed) is never "already applied"
+    in a dry run: the status is dry_run and the note says what a real run would do."""
+    monkeypatch.setenv("SGLPATCH_AGENT_CRASH", point)
+    with pytest.raises(Exception):
+        apply(env)
+    monkeypatch.delenv("SGLPATCH_AGENT_CRASH")
+    before = {p: live(env, p) for p in (SPEC, NEWMOD)}
+    journal = (env.sp / ".sglpatch/journal.json").read_bytes()
+    res = apply(env, dry_run=True)
+    assert res.status == "dry_run"
+    assert res.recovered and "was interrupted in phase" in res.recovered[0] and "resumes it" in res.recovered[0]
+    assert {p: live(env, p) for p in (SPEC, NEWMOD)} == before
+    assert (env.sp / ".sglpatch/journal.json").read_bytes() == journal
+    assert host_status(env.t, env.host, env.info, env.ps).overall == "pending"
+
+
+@pytest.mark.parametrize("force", [False, True])
+def test_rollback_refuses_a_deployment_made_on_another_release(env, force):
+    """SGLang reinstalled at another release under a deployment (pip replaced the files): its
+    backups are the old release's bytes, so rollback — --force included — refuses, names both
+    releases and the files the deployment added, and writes nothing."""
+    from sglang_patcher.errors import StateError
+
+    res = apply(env)
+    live_before = {p: live(env, p) for p in (SPEC, NEWMOD)}
+    env.info.sglang_version = "9.9.10"  # what discovery reports after the reinstall
+    assert f"deployment {res.deployment_id} was made on sglang {VERSION}" in _text(
+        host_status(env.t, env.host, env.info))
+    with pytest.raises(StateError) as ei:
+        rollback_host(env.t, env.host, env.info, home=env.home, force=force)
+    msg, hint = ei.value.message, ei.value.hint
+    assert f"deployment {res.deployment_id} was made on sglang {VERSION}" in msg and "now has sglang 9.9.10" in msg
+    assert "nothing was changed" in msg and NEWMOD in hint and f"deployments/{res.deployment_id}.json" in hint
+    assert {p: live(env, p) for p in (SPEC, NEWMOD)} == live_before
+    assert not (env.sp / ".sglpatch/journal.json").exists() and not (env.sp / ".sglpatch/lock").exists()
+    env.info.sglang_version = VERSION  # the release it was made on: the rollback goes through
+    assert rollback_host(env.t, env.host, env.info, home=env.home).rolled_back == [res.deployment_id]
+    assert_release(env)
+
+
 def test_lock_held_by_another_deploy_names_it_and_break_lock(env):
     other = make_holder("someone-elses-deploy")
     other.update(user="alice", host="laptop-7", pid=4242)
@@ -347,3 +389,19 @@ def test_every_interruption_point_is_recoverable(env, monkeypatch, point, then):
     st = host_status(env.t, env.host, env.info, env.ps)
     assert st.lock is None and st.journal is None
     assert not [p for p in env.sp.rglob("*") if ".sglpatch-" in p.name]
+
+
+def test_missing_backups_hint_copies_locally_or_by_scp(tmp_path):
+    """The hint names each local copy and where it goes: a plain path on a local host, HOST:path
+    (e.g. with scp) on a remote one; a backup with no local copy is named as lost."""
+    from sglang_patcher.deploy import _missing_backups_hint
+
+    keep = tmp_path / "backups" / "gpu-1" / "d1" / "a.py"
+    keep.parent.mkdir(parents=True)
+    keep.write_text("x")
+    backups = {"a.py": "/site/.sglpatch/backups/d1/a.py", "b.py": "/site/.sglpatch/backups/d1/b.py"}
+    remote = _missing_backups_hint(tmp_path, "gpu-1", "d1", backups)
+    local = _missing_backups_hint(tmp_path, "gpu-1", "d1", backups, local=True)
+    assert f"copy {keep} to gpu-1:/site/.sglpatch/backups/d1/a.py (e.g. with scp)" in remote
+    assert f"copy {keep} to /site/.sglpatch/backups/d1/a.py, then rerun" in local and "scp" not in local
+    assert "no local copy of b.py either" in remote and "no local copy of b.py either" in local

@@ -176,6 +176,7 @@ def test_missing_file_and_wrong_shape(tmp_path):
     with pytest.raises(InventoryError, match=r"expected a mapping"):
         parse_inventory("hosts: [a, b]\n")
     assert parse_inventory("").hosts == {}
+    assert parse_inventory("hosts:\n").hosts == {}  # `hosts:` with nothing under it, as an empty file
 
 
 def test_inventory_is_pydantic():

@@ -203,6 +203,7 @@ def test_stale_expected_hashes_say_how_to_refresh(tmp_path):
     with pytest.raises(PatchsetError) as exc:
         ps.render(V, read_release)
     assert "stale" in str(exc.value) and NEW in str(exc.value) and "refresh" in str(exc.value)
+    assert exc.value.hint.endswith(f"sglpatch patchset refresh {root} --sglang {V}")  # the CLI's own command
 
 
 def test_series_that_does_not_apply_raises_apply_error(tmp_path):
