@@ -25,23 +25,13 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def beam_case(n: int) -> tuple[dict, dict, int]:
     """Signature, constexprs and warps of ``beam_prune_triton``'s launch at budget n, K = n, L = 15."""
-    import triton
-
     sys.path.insert(0, str(ROOT))
     from patchsets.ddtree.modules.ddtree_tree import candidate_pairs
 
-    np_ = max(16, triton.next_power_of_2(n))
-    cp = max(np_, triton.next_power_of_2(candidate_pairs(n, n, "cpu")[0].numel()))
-    kp = triton.next_power_of_2(n)
-    w = 2 * np_ if 2 * np_ <= 8192 else np_
-    f32, i64, i8, C = "*fp32", "*i64", "*i8", "constexpr"
-    sig = dict(lp_ptr=f32, ci_ptr=i64, ck_ptr=i64, score_ptr=f32, valid_ptr=i8, parent_ptr=i64, rank_ptr=i64,
-               gtop_ptr=i64, scr_ptr=i64, ss_ptr=f32, su_ptr="*i32", own_ptr="*i32", tval_ptr=f32,
-               K="i32", N="i32", C="i32", L=C, NP=C, CP=C, ROUNDS=C, S1=C, S2=C, S3=C, S4=C,
-               LOGNP=C, LOGKP=C, GEN=C, W=C, BOUND=C, DP=C, JT=C)
-    consts = dict(L=15, NP=np_, CP=cp, ROUNDS=15, S1=min(64, np_), S2=min(256, np_), S3=np_, S4=np_,
-                  LOGNP=np_.bit_length() - 1, LOGKP=kp.bit_length() - 1, GEN=True, W=w, BOUND=1, DP=16, JT=1)
-    warps = 4 if cp <= 1024 else (8 if cp <= 4096 else 16)
+    from patchsets.ddtree.modules import ddtree_kernels as k
+
+    consts, warps = k.beam_prune_constexprs(15, n, n, candidate_pairs(n, n, "cpu")[0].numel())
+    sig = k.BEAM_PRUNE_SIGNATURE
     return sig, consts, warps
 
 

@@ -14,15 +14,20 @@ from triton.backends.compiler import GPUTarget  # noqa: E402
 from triton.compiler import ASTSource  # noqa: E402
 
 from patchsets.ddtree.modules import ddtree_kernels as K  # noqa: E402
+from patchsets.ddtree.modules.ddtree_tree import candidate_pairs  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
 I64, I8, F32 = "*i64", "*i8", "*fp32"
 C = "constexpr"
-BEAM_PRUNE_SIG = dict(lp_ptr=F32, ci_ptr=I64, ck_ptr=I64, score_ptr=F32, valid_ptr=I8, parent_ptr=I64, rank_ptr=I64,
-                      gtop_ptr=I64, scr_ptr=I64, ss_ptr=F32, su_ptr="*i32", own_ptr="*i32", tval_ptr=F32,
-                      K="i32", N="i32", C="i32", L=C, NP=C, CP=C, ROUNDS=C, S1=C, S2=C, S3=C, S4=C,
-                      LOGNP=C, LOGKP=C, GEN=C, W=C, BOUND=C, DP=C, JT=C)
+BEAM_PRUNE_SIG = K.BEAM_PRUNE_SIGNATURE
+
+
+def _beam_prune(n: int, k: int, **kw) -> tuple[dict, int]:
+    """``beam_prune_triton``'s own constexprs and warps at budget n, top-k k, L = 15."""
+    return K.beam_prune_constexprs(15, k, n, candidate_pairs(n, k, "cpu")[0].numel(), **kw)
+
+
 CASES = [
     (K._tree_links_kernel, dict(parents_ptr=I64, valid_ptr=I8, ri_ptr=I64, rnt_ptr=I64, rns_ptr=I64,
                                 N1=C, BLOCK=C), dict(N1=513, BLOCK=256), 4),
@@ -49,14 +54,11 @@ CASES = [
                                  parent_ptr=I64, rank_ptr=I64, gtop_ptr=I64, gkey_ptr=I64, scr_ptr=I64,
                                  K="i32", N="i32", C="i32", L=C, NP=C, CP=C, GP=C, ROUNDS=C),
      dict(L=15, NP=512, CP=4096, GP=8192, ROUNDS=15), 16),
-    (K._beam_prune_kernel, BEAM_PRUNE_SIG,
-     dict(L=15, NP=512, CP=4096, ROUNDS=15, S1=64, S2=256, S3=512, S4=512, LOGNP=9,
-          LOGKP=9, GEN=True, W=1024, BOUND=1, DP=16, JT=1), 8),
+    (K._beam_prune_kernel, BEAM_PRUNE_SIG, *_beam_prune(512, 512)),
     (K._tight_bound_kernel, dict(lp_ptr=F32, tval_ptr=F32, fs_ptr=F32, own_ptr="*i32", N="i32", K="i32",
                                  L=C, DP=C, J=C, NP=C, LOGKP=C),
      dict(L=15, DP=16, J=128, NP=512, LOGKP=9), 4),
-    (K._beam_prune_kernel, BEAM_PRUNE_SIG,
-     dict(L=15, NP=16, CP=64, ROUNDS=15, S1=16, S2=16, S3=32, S4=64, LOGNP=4, LOGKP=3, GEN=False, W=16, BOUND=2, DP=16, JT=8), 4),
+    (K._beam_prune_kernel, BEAM_PRUNE_SIG, *_beam_prune(16, 8, gen=False, bound="tight", programs=8)),
     (K._label_depth_kernel, dict(gtop_ptr=I64, nb_ptr=I64, root_ptr=I64, ids_ptr=I64, score_ptr=F32,
                                  parent_ptr=I64, rank_ptr=I64, slot_ptr=I64, cnt_ptr="*i32",
                                  tok_ptr=I64, par_ptr=I64, dep_ptr=I64, val_ptr=I8, sco_ptr=F32,

@@ -1242,6 +1242,62 @@ def _beam_prune_kernel(
     tl.store(gtop_ptr + b * N + offs_n, A, mask=nm)
 
 
+# Argument types of ``_beam_prune_kernel`` as ``beam_prune_triton`` launches it, for compiling it
+# ahead of time (``triton.compile(ASTSource(..., signature=..., constexprs=...))``).
+BEAM_PRUNE_SIGNATURE = dict(
+    lp_ptr="*fp32", ci_ptr="*i64", ck_ptr="*i64", score_ptr="*fp32", valid_ptr="*i8", parent_ptr="*i64",
+    rank_ptr="*i64", gtop_ptr="*i64", scr_ptr="*i64", ss_ptr="*fp32", su_ptr="*i32", own_ptr="*i32",
+    tval_ptr="*fp32", K="i32", N="i32", C="i32",
+    **{c: "constexpr" for c in ("L", "NP", "CP", "ROUNDS", "S1", "S2", "S3", "S4", "LOGNP", "LOGKP", "GEN",
+                                "W", "BOUND", "DP", "JT")})
+
+
+def beam_prune_constexprs(L: int, K: int, budget: int, C: int, *, tiers: tuple = (64, 256),
+                          wide: tuple | None = None, gen: bool = True, gen_wide: int = 2,
+                          bound: str = "chain", programs: int = 1,
+                          num_warps: int | None = None) -> tuple[dict, int] | None:
+    """The constexprs and warps ``beam_prune_triton`` launches ``_beam_prune_kernel`` with.
+
+    L: depths; K: per-depth top-k; budget: N; C: candidate-table entries (``candidate_pairs``);
+    programs: the tight bound's thresholds per request (JT; 1 for the other bounds); the rest as
+    in ``beam_prune_triton``. Returns (constexprs, num_warps), or None when the shape exceeds the
+    kernel's packed counts (more than 32,768 candidate lanes or 2^30 keys): ``beam_prune_triton``
+    then runs ``beam_triton``. Raises ValueError as ``beam_prune_triton`` documents.
+    """
+    N = int(budget)
+    NP = max(16, triton.next_power_of_2(N))
+    CP = max(NP, triton.next_power_of_2(C))
+    if wide is None:  # measured on the H200 (bench/RESULTS.md, fourth session)
+        wide = (2, 4) if NP <= 64 else (1, 1)
+    w3, w4 = (int(w) for w in wide)
+    if min(w3, w4) < 1 or w3 & (w3 - 1) or w4 & (w4 - 1):
+        raise ValueError(f"wide must be two powers of 2, got {wide}")
+    gw = int(gen_wide)
+    if gw < 1 or gw & (gw - 1):
+        raise ValueError(f"gen_wide must be a power of 2, got {gen_wide}")
+    t1, t2 = (int(t) for t in tiers)
+    if min(t1, t2) < 1 or t1 & (t1 - 1) or t2 & (t2 - 1):
+        raise ValueError(f"tiers must be two powers of 2, got {tiers}")
+    t1, t2 = min(t1, t2), max(t1, t2)
+    if bound not in ("none", "chain", "tight"):
+        raise ValueError(f"bound must be 'none', 'chain' or 'tight', got {bound!r}")
+    if num_warps is not None and num_warps not in (1, 2, 4, 8, 16, 32):
+        raise ValueError(f"num_warps must be a power of 2 in 1 .. 32, got {num_warps}")
+    KP = triton.next_power_of_2(max(K, 1))
+    if CP > 32768 or (L - 1) * N + N * KP >= (1 << 30):  # 16-bit counts / 30-bit subs
+        return None
+    GEN = bool(gen) and L <= 31 and NP <= 8192
+    BOUND = {"none": 0, "chain": 1, "tight": 2}[bound]
+    if BOUND == 2 and (L > 31 or NP > 8192):  # the threshold kernel's 13-bit block starts
+        BOUND = 1
+    consts = dict(L=L, NP=NP, CP=CP, ROUNDS=15, S1=min(t1, NP), S2=min(t2, NP),
+                  S3=min(min(w3, w4) * NP, CP), S4=min(max(w3, w4) * NP, CP),
+                  LOGNP=NP.bit_length() - 1, LOGKP=KP.bit_length() - 1, GEN=GEN,
+                  W=gw * NP if GEN and gw * NP <= 8192 else NP,  # 13-bit block starts in own
+                  BOUND=BOUND, DP=max(2, triton.next_power_of_2(L)), JT=int(programs) if BOUND == 2 else 1)
+    return consts, num_warps or (4 if CP <= 1024 else (8 if CP <= 4096 else 16))
+
+
 def beam_prune_triton(lp: torch.Tensor, budget: int, ci: torch.Tensor, ck: torch.Tensor,
                       tiers: tuple = (64, 256), wide: tuple | None = None, gen: bool = True,
                       gen_wide: int = 2, bound: str = "chain", tight_programs: int | None = None,
@@ -1291,51 +1347,27 @@ def beam_prune_triton(lp: torch.Tensor, budget: int, ci: torch.Tensor, ck: torch
     N = int(budget)
     C = ci.numel()
     dev = lp.device
-    NP = max(16, triton.next_power_of_2(N))
-    CP = max(NP, triton.next_power_of_2(C))
+    cfg = beam_prune_constexprs(L, K, N, C, tiers=tiers, wide=wide, gen=gen, gen_wide=gen_wide, bound=bound,
+                                num_warps=num_warps)
+    if bs and cfg is None:
+        return beam_triton(lp, budget, ci, ck)
+    consts, nw = cfg if cfg is not None else ({"NP": 16, "S4": 16, "W": 16, "BOUND": 0}, 4)
+    NP = consts["NP"]
     score = torch.empty((bs, L, N), dtype=torch.float32, device=dev)
     valid = torch.empty((bs, L, N), dtype=torch.bool, device=dev)
     parent = torch.empty((bs, L, N), dtype=torch.int64, device=dev)
     rank = torch.empty((bs, L, N), dtype=torch.int64, device=dev)
     gtop = torch.empty((bs, N), dtype=torch.int64, device=dev)
     scr = torch.empty((bs, NP), dtype=torch.int64, device=dev)
-    if wide is None:  # measured on the H200 (bench/RESULTS.md, fourth session)
-        wide = (2, 4) if NP <= 64 else (1, 1)
-    w3, w4 = (int(w) for w in wide)
-    if min(w3, w4) < 1 or w3 & (w3 - 1) or w4 & (w4 - 1):
-        raise ValueError(f"wide must be two powers of 2, got {wide}")
-    S3, S4 = min(min(w3, w4) * NP, CP), min(max(w3, w4) * NP, CP)
-    ss = torch.empty((bs, S4), dtype=torch.float32, device=dev)
-    su = torch.empty((bs, S4), dtype=torch.int32, device=dev)
-    gw = int(gen_wide)
-    if gw < 1 or gw & (gw - 1):
-        raise ValueError(f"gen_wide must be a power of 2, got {gen_wide}")
-    GEN = bool(gen) and L <= 31 and NP <= 8192
-    W = gw * NP if GEN and gw * NP <= 8192 else NP  # 13-bit block starts in own
-    own = torch.empty((bs, W), dtype=torch.int32, device=dev)
-    t1, t2 = (int(t) for t in tiers)
-    if min(t1, t2) < 1 or t1 & (t1 - 1) or t2 & (t2 - 1):
-        raise ValueError(f"tiers must be two powers of 2, got {tiers}")
-    t1, t2 = min(t1, t2), max(t1, t2)
-    KP = triton.next_power_of_2(max(K, 1))
-    if bound not in ("none", "chain", "tight"):
-        raise ValueError(f"bound must be 'none', 'chain' or 'tight', got {bound!r}")
-    if num_warps is not None and num_warps not in (1, 2, 4, 8, 16, 32):
-        raise ValueError(f"num_warps must be a power of 2 in 1 .. 32, got {num_warps}")
-    if bs and (CP > 32768 or (L - 1) * N + N * KP >= (1 << 30)):  # 16-bit counts / 30-bit subs
-        return beam_triton(lp, budget, ci, ck)
-    BOUND = {"none": 0, "chain": 1, "tight": 2}[bound]
-    if BOUND == 2 and (L > 31 or NP > 8192):  # the threshold kernel's 13-bit block starts
-        BOUND = 1
-    tval = (tight_bound_triton(lp, N, tight_programs) if BOUND == 2 and bs  # else never read:
-            else torch.empty((1, 1), dtype=torch.float32, device=dev))       # no fill launch
+    ss = torch.empty((bs, consts["S4"]), dtype=torch.float32, device=dev)
+    su = torch.empty((bs, consts["S4"]), dtype=torch.int32, device=dev)
+    own = torch.empty((bs, consts["W"]), dtype=torch.int32, device=dev)
+    tval = (tight_bound_triton(lp, N, tight_programs) if consts["BOUND"] == 2 and bs  # else never read:
+            else torch.empty((1, 1), dtype=torch.float32, device=dev))                 # no fill launch
     if bs:
-        nw = num_warps or (4 if CP <= 1024 else (8 if CP <= 4096 else 16))
         _beam_prune_kernel[(bs,)](
             lp.contiguous(), ci, ck, score, valid.view(torch.int8), parent, rank, gtop, scr, ss, su, own,
-            tval, K, N, C, L=L, NP=NP, CP=CP, ROUNDS=15, S1=min(t1, NP), S2=min(t2, NP), S3=S3, S4=S4,
-            LOGNP=NP.bit_length() - 1, LOGKP=KP.bit_length() - 1,
-            GEN=GEN, W=W, BOUND=BOUND, DP=max(2, triton.next_power_of_2(L)), JT=tval.shape[1], num_warps=nw,
+            tval, K, N, C, **{**consts, "JT": tval.shape[1]}, num_warps=nw,
         )
     return score, valid, parent, rank, gtop
 
