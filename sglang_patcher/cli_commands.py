@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 import click
 
@@ -173,7 +174,9 @@ def patchset_tree_cmd(app: AppContext, version: str) -> None:
 @patchset_group.command("refresh")
 @click.argument("patchset")
 @click.option("--sglang", "version", required=True, metavar="VERSION")
+@click.option("--tree", type=click.Path(exists=True, file_okay=False, path_type=Path), metavar="DIR",
+              help="read the pristine files from this site-packages-like directory instead of the PyPI wheel")
 @pass_app
-def patchset_refresh_cmd(app: AppContext, patchset: str, version: str) -> None:
-    """Recompute the pristine/expected hashes of PATCHSET for VERSION from the PyPI wheel."""
-    app.result(service.refresh_patchset(patchset, version, log=app.say))
+def patchset_refresh_cmd(app: AppContext, patchset: str, version: str, tree: Path | None) -> None:
+    """Recompute the pristine/expected hashes of PATCHSET for VERSION (from its PyPI wheel, or --tree)."""
+    app.result(service.refresh_patchset(patchset, version, tree=tree, log=app.say))

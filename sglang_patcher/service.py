@@ -18,7 +18,7 @@ from rich.table import Table
 from rich.text import Text
 
 from . import deploy, discovery, mirror
-from .errors import DriftError, SglpatchError, StateError
+from .errors import ConfigError, DriftError, SglpatchError, StateError
 from .inventory import Host
 from .patchset import Patchset, load_patchset
 from .state import sglpatch_home
@@ -408,18 +408,32 @@ class RefreshReport:
         return t
 
 
-def refresh_patchset(name: str, version: str, *, home: Path | None = None,
+def refresh_patchset(name: str, version: str, *, tree: Path | None = None, home: Path | None = None,
                      log: Log = _quiet) -> RefreshReport:
-    """Recompute and rewrite ``pristine``/``expected`` of ``name`` for ``version`` from the wheel.
+    """Recompute and rewrite ``pristine``/``expected`` of ``name`` for ``version``.
 
-    Raises UnsupportedVersionError (before any download) when ``name`` has no target ``version``,
+    The pristine files come from the PyPI wheel of ``version`` (downloaded once, then cached) or,
+    with ``tree``, from that site-packages-like directory (the one holding ``sglang/``: a release
+    not on PyPI, or an unpacked wheel). Raises UnsupportedVersionError (before any download) when
+    ``name`` has no target ``version``, ConfigError when ``tree`` holds no ``sglang/`` package,
     ApplyError when the series no longer applies to that release."""
     from .patchset import refresh_hashes
     from .wheelcache import pristine_tree
 
     ps = load_patchset(name)
     ps.target(version)  # an unsupported version fails before any download (as diff does)
-    log(f"pristine tree: sglang=={version} from the PyPI wheel (downloaded once, then cached)")
-    tree = pristine_tree(version, home=home)
-    hashes = refresh_hashes(ps.root if hasattr(ps, "root") else ps.yaml_path.parent, version, tree.read)
+    if tree is not None:
+        base = Path(tree)
+        if not (base / "sglang").is_dir():
+            raise ConfigError(f"{base}: no sglang/ package there",
+                              hint="--tree takes a site-packages directory: the one that holds sglang/")
+        log(f"pristine tree: {base} (taken as sglang=={version})")
+
+        def read(p: str) -> bytes | None:
+            f = base / p
+            return f.read_bytes() if f.is_file() else None
+    else:
+        log(f"pristine tree: sglang=={version} from the PyPI wheel (downloaded once, then cached)")
+        read = pristine_tree(version, home=home).read
+    hashes = refresh_hashes(ps.root, version, read)
     return RefreshReport(ps.name, version, hashes)

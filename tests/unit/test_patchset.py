@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import difflib
 import hashlib
+import json
 import shutil
 import textwrap
 from pathlib import Path
@@ -309,15 +310,27 @@ def test_refresh_inserts_missing_keys(tmp_path):
 
 
 def test_refresh_cli_with_a_tree_directory(tmp_path, capsys):
-    from sglang_patcher.patchset_tool import main
+    from sglang_patcher.cli import main
     root = make_patchset(tmp_path, hashes=False)
     tree = tmp_path / "tree"
     for p, b in RELEASE.items():
         (tree / p).parent.mkdir(parents=True, exist_ok=True)
         (tree / p).write_bytes(b)
-    assert main(["refresh", str(root), V, "--tree", str(tree)]) == 0
-    assert "refreshed 3 file hashes" in capsys.readouterr().out
+    assert main(["--json", "patchset", "refresh", str(root), "--sglang", V, "--tree", str(tree)]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert len(report["expected"]) == 3 and report["sglang_version"] == V
     load_patchset(root).render(V, read_release)
+
+
+def test_refresh_tree_without_sglang_names_the_directory_and_writes_nothing(tmp_path, capsys):
+    from sglang_patcher.cli import main
+    root = make_patchset(tmp_path, hashes=False)
+    before = (root / "patchset.yaml").read_bytes()
+    (tmp_path / "empty").mkdir()
+    code = main(["patchset", "refresh", str(root), "--sglang", V, "--tree", str(tmp_path / "empty")])
+    err = capsys.readouterr().err
+    assert code == 2 and str(tmp_path / "empty") in err and "site-packages" in err
+    assert (root / "patchset.yaml").read_bytes() == before
 
 
 def test_refresh_writes_scalars_that_read_back_as_strings():
