@@ -693,6 +693,7 @@ class StatusReport:
                 "files": [f.to_json() for f in self.files],
                 "deployments": [_record_summary(d) for d in self.deployments],
                 "journal": _record_summary(self.journal) if self.journal else None, "lock": self.lock,
+                "lock_stale": holder_is_stale(self.lock),
                 "damaged": list(self.damaged), "older_revision": self.older_revision,
                 "bad_backups": dict(self.bad_backups), "local_backups": dict(self.local_backups)}
 
@@ -734,7 +735,11 @@ class StatusReport:
             parts.append(Text(f"  pending: deployment {self.journal.get('id')} interrupted in phase "
                               f"{self.journal.get('phase')} — run apply again or rollback", style="yellow"))
         if self.lock:
-            parts.append(Text(f"  locked by {describe_holder(self.lock)}", style="yellow"))
+            parts.append(Text(f"  locked by {describe_holder(self.lock)} — " + (
+                "that process no longer runs on this machine: the next apply or rollback takes the lock over"
+                if holder_is_stale(self.lock) else
+                "if no deployment is running (a crash elsewhere), apply or rollback with --break-lock"),
+                style="yellow"))
         t = Table(title="files")
         for col in ("file", "state", "patchset", "rev", "live sha256", "RECORD"):
             t.add_column(col, overflow="fold")

@@ -806,3 +806,37 @@ def test_interrupt_hint_names_the_host_and_only_for_apply_and_rollback(capsys, m
     if "--json" in args:
         doc = json.loads(out)
         assert doc["exit_code"] == 130 and doc["type"] == "Aborted" and "journal" in doc["hint"]
+
+
+def test_status_says_whether_a_lock_holder_is_gone(capsys, tmp_path, sglpatch_home, local_target):
+    """A lock left by a killed sglpatch: status names the holder and says what happens next — a
+    process of this machine that no longer runs is taken over by the next apply (which then
+    succeeds); a holder on another machine needs --break-lock."""
+    import socket
+    import subprocess
+
+    from sglang_patcher.deploy import make_holder
+    from sglang_patcher.inventory import Host
+
+    hosts = write_hosts(tmp_path / "hosts.yaml", Host(name="here", transport="local", python=str(local_target)))
+    h = ["--hosts", str(hosts)]
+    state = local_target.site_packages / ".sglpatch"
+    state.mkdir(exist_ok=True)
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    for holder, stale, words in (
+            ({"host": socket.gethostname(), "pid": dead.pid}, True, "no longer runs on this machine"),
+            ({"host": "elsewhere.example", "pid": 1}, False, "--break-lock")):
+        (state / "lock").write_text(json.dumps({**make_holder("20261201T000000-dead"), **holder}))
+        code, data, _ = run_json(capsys, *h, "status", "--host", "here")
+        assert code == 0 and data["lock_stale"] is stale and data["lock"]["pid"] == holder["pid"], data
+        code, out, _ = run_cli(capsys, *h, "status", "--host", "here")
+        assert "locked by" in out and words in out, out
+    code, data, _ = run_json(capsys, *h, "apply", "ddtree", "--host", "here", "--yes")
+    assert code == 8 and "elsewhere.example" in data["error"] and "--break-lock" in data["hint"], data
+    (state / "lock").write_text(json.dumps({**make_holder("20261201T000000-dead"),
+                                           "host": socket.gethostname(), "pid": dead.pid}))
+    code, data, _ = run_json(capsys, *h, "apply", "ddtree", "--host", "here", "--yes")
+    assert code == 0, data
+    assert not (state / "lock").exists()
+    assert run_json(capsys, *h, "rollback", "--host", "here")[0] == 0
