@@ -24,6 +24,7 @@ naming the file, the line of each problem (from the YAML node marks) and the fix
 
 from __future__ import annotations
 
+import difflib
 import os
 import re
 from pathlib import Path, PurePosixPath
@@ -225,6 +226,10 @@ def parse_inventory(text: str, *, origin: str = "hosts.yaml") -> Inventory:
     if not isinstance(data, dict) or not isinstance(data.get("hosts", {}), dict):
         raise InventoryError(f"{origin}, line 1: expected a mapping `hosts: {{NAME: {{...}}}}`",
                              hint="see the repository's hosts.yaml for the format")
+    if "path" in data:  # Inventory.path is where the file was read from, not a key of it
+        line, _ = _line_of(node, ("path",))
+        raise InventoryError(f"{origin}: invalid inventory: line {line}: path: unknown field `path`",
+                             hint="the file's top level takes only `hosts:`, a mapping of host name to its fields")
     try:
         inv = Inventory.model_validate({**data, "path": origin})
     except ValidationError as exc:
@@ -293,8 +298,18 @@ def _describe(err: dict[str, Any], root: yaml.Node | None) -> str:
         msg = f"`{loc[-1]}` is required"
     elif err["type"] == "extra_forbidden":
         msg = f"unknown field `{loc[-1]}`"
+        close = difflib.get_close_matches(str(loc[-1]), _known_fields(loc), n=1)
+        if close:
+            msg += f" (did you mean `{close[0]}`?)"
     prefix = f"line {line}: " if line else ""
     return f"{prefix}{where}: {msg}"
+
+
+def _known_fields(loc: tuple) -> list[str]:
+    """The keys allowed where ``loc`` points: the top level's, or a host's."""
+    if len(tuple(p for p in loc if p != "path")) == 1:
+        return ["hosts"]
+    return [f for f in Host.model_fields if f != "name"]
 
 
 def _fix(err: dict[str, Any]) -> str:
@@ -304,8 +319,9 @@ def _fix(err: dict[str, Any]) -> str:
         return ("set `python:` to the absolute path of the host's interpreter that has sglang, "
                 "e.g. /opt/venvs/sglang/bin/python (run `command -v python` in that env on the host)")
     if err["type"] == "extra_forbidden":
-        known = ", ".join(f for f in Host.model_fields if f != "name")
-        return f"remove it or fix its spelling; a host takes: {known}"
+        if len(tuple(p for p in loc if p != "path")) == 1:
+            return "the file's top level takes only `hosts:`, a mapping of host name to its fields"
+        return f"remove it or fix its spelling; a host takes: {', '.join(_known_fields(loc))}"
     if "environment variable" in err.get("msg", ""):
         return "export the variable before running sglpatch, or write the path out"
     if field == "state_dir":

@@ -146,6 +146,23 @@ def test_unknown_field_and_several_problems_in_one_error(tmp_path):
     assert "line 7: hosts.b.transport" in msg
 
 
+@pytest.mark.parametrize("text, line, said, hint", [
+    ("host:\n  a: {hostname: h, python: /p}\n", 1, "unknown field `host` (did you mean `hosts`?)",
+     "top level takes only `hosts:`"),
+    ("hosts:\n  a:\n    hostnme: h\n    python: /p\n", 3, "hosts.a.hostnme: unknown field `hostnme` (did you mean `hostname`?)",
+     "a host takes: transport"),
+    ("path: /elsewhere\nhosts:\n  a: {hostname: h, python: /p}\n", 1, "unknown field `path`",
+     "top level takes only `hosts:`"),
+])
+def test_a_misspelt_key_is_named_with_its_likely_meaning(text, line, said, hint):
+    """A key the format lacks: the line, the closest known key, and what that level takes (the top
+    level's `hosts:`, a host's fields); `path` is not a key (it is where the file was read from)."""
+    with pytest.raises(InventoryError) as ei:
+        parse_inventory(text, origin="x.yaml")
+    assert f"line {line}: " in ei.value.message and said in ei.value.message, ei.value.message
+    assert hint in ei.value.hint, ei.value.hint
+
+
 def test_ssh_host_needs_a_target_and_local_takes_no_ssh_settings(tmp_path):
     with pytest.raises(InventoryError, match=r"line 3: hosts.a: .*ssh_alias"):
         parse_inventory("hosts:\n\n  a:\n    python: /p\n", origin="x.yaml")
