@@ -134,6 +134,12 @@ class SSHTransport:
         if self._conn is not None and self._conn.is_connected:
             return
         where = self.host.address
+        key = self.host.identity_file
+        if key and not os.access(key, os.R_OK):  # paramiko would try the agent and default keys instead
+            why = "is not readable by this user" if os.path.exists(key) else "does not exist"
+            raise TransportError(f"{self.name}: identity_file {key} {why}",
+                                 hint=f"fix identity_file of host {self.name} in hosts.yaml (a private key "
+                                      f"file on this machine), or remove it to use your ssh agent")
         try:
             conn = self._build_connection()
             known_hosts = self._known_hosts_file(conn)

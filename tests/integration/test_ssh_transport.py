@@ -126,6 +126,18 @@ def test_wrong_client_key_is_an_authentication_error(sshd, tmp_path):
     assert not isinstance(ei.value, HostKeyError)
 
 
+def test_a_missing_identity_file_is_named_before_any_connection(sshd, tmp_path):
+    """A typo in identity_file: the error names the file and the host, not an authentication
+    failure after paramiko fell back to other keys (the sshd would have accepted them)."""
+    missing = tmp_path / "id_typo"
+    with connect(sshd.host_entry(PY, identity_file=str(missing))) as t:
+        with pytest.raises(TransportError) as ei:
+            t.run(["true"])
+        assert t.round_trips == 0
+    assert f"identity_file {missing} does not exist" in ei.value.message
+    assert "hosts.yaml" in ei.value.hint and "authentication" not in ei.value.message
+
+
 def test_closed_port_is_a_transport_error(sshd):
     import socket
     with socket.socket() as s:
