@@ -100,23 +100,12 @@ def sglang_target(_sglang_ssh_venv: venvs.TargetVenv) -> venvs.TargetVenv:
 @pytest.fixture(scope="session")
 def l1_pristine() -> Path:
     """The cached pristine L1 venv: sglang 0.5.23 plus its CPU dependency set (built once)."""
-    return _pristine("sglang-l1", _l1_requirements())
-
-
-@pytest.fixture(scope="session")
-def l1_pytest_pristine() -> Path:
-    """The L1 venv's contents plus this pytest: runs the tests that import sglang (built once)."""
-    return _pristine("sglang-l1-pytest", [*_l1_requirements(), f"pytest=={pytest.__version__}"])
-
-
-def _l1_requirements() -> list[str]:
-    """The L1 requirement lines; points pip at the local CPU torch wheel where there is one."""
     reqs = venvs.read_requirements(L1_REQUIREMENTS)
     if not reqs:
         _skip_or_fail(f"{L1_REQUIREMENTS} is missing or empty: no L1 target venv")
     if "PIP_FIND_LINKS" not in os.environ and Path("/opt/wheels").is_dir():
         os.environ["PIP_FIND_LINKS"] = "/opt/wheels"   # where the CPU torch wheel lies
-    return reqs
+    return _pristine("sglang-l1", reqs)
 
 
 @pytest.fixture(scope="session")

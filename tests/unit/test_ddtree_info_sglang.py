@@ -10,8 +10,7 @@ interpreter) and, where SGLang's verify input imports, its ``DFlashVerifyInput``
     TRITON_INTERPRET=1 PYTHONPATH=<unzipped sglang-0.5.23 wheel>:. /tmp/sgl/bin/python -m pytest \
         tests/unit/test_ddtree_info_sglang.py
 
-(tests/integration/test_sglang_in_process.py runs this file so in the test suite's L1 venv; the JIT
-CUDA path of ``verify_tree_greedy_func`` is checked on the H200 by tests/gpu).
+(the JIT CUDA path of ``verify_tree_greedy_func`` is checked on the H200 by tests/gpu).
 """
 
 from __future__ import annotations
