@@ -38,7 +38,7 @@ DDTREE = REPO / "patchsets" / "ddtree"
 L1_SCRIPT = DDTREE / "checks" / "l1_ddtree.py"
 README = DDTREE / "README.md"
 V = "0.5.23"
-L1_CHECKS = 22          # revision 2 (revision 1 had 10)
+L1_CHECKS = 25          # revision 2 (revision 1 had 10)
 
 
 def _sha(data: bytes) -> str:

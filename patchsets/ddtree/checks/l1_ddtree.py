@@ -79,26 +79,6 @@ PATCHED_MODULES = (
 DDTREE_MODULES = ("ddtree_reference", "ddtree_tree", "ddtree_accept", "ddtree_kernels",
                   "ddtree_info", "ddtree_worker")
 
-CHECK_NAMES = (
-    "import patched modules",
-    "from_string DDTREE",
-    "plugin registry accepts registrations",
-    "ddtree server-arg defaults",
-    "ddtree server-arg flags",
-    "validation accepts a valid DDTREE config",
-    "validation refuses budget 0",
-    "validation refuses a hybrid target without the override",
-    "validation accepts a hybrid target with the override",
-    "validation refuses a hybrid SWA target",
-    "validation refuses --enable-hisparse",
-    *(f"import sglang.srt.speculative.{m}" for m in DDTREE_MODULES),
-    "create_worker resolves DDTREE to DDTreeWorker",
-    "DDTreeWorker subclasses DFlashWorkerV2",
-    "target verify width is budget + 1",
-    "capture input carries the tree mask",
-    "KV reservation is block + max(block, budget + 1)",
-)
-
 DEFAULT_BUDGET = 256
 # A dense target and a hybrid (GDN) one, by architecture name as in the checkpoints' config.json.
 DENSE_ARCH = "Qwen3ForCausalLM"
@@ -279,6 +259,21 @@ def check_hisparse_refused(mods):
     return _expect_refusal(["--enable-hisparse"], DENSE_ARCH, "--enable-hisparse")
 
 
+def check_fa3_refused(mods):
+    # fa3 picks tree or chain from speculative_eagle_topk (1 for DDTREE): it would verify a chain
+    return _expect_refusal(["--attention-backend", "fa3"], DENSE_ARCH, "'fa3'", "--attention-backend triton")
+
+
+def check_fa3_decode_refused(mods):
+    return _expect_refusal(["--prefill-attention-backend", "triton", "--decode-attention-backend", "fa3"],
+                           DENSE_ARCH, "decode attention backend is 'fa3'")
+
+
+def check_flashinfer_accepted(mods):
+    _validate(["--attention-backend", "flashinfer"], DENSE_ARCH)
+    return f"{DENSE_ARCH}: accepted with --attention-backend flashinfer"
+
+
 def _import_module_check(module: str):
     def check(mods):
         import importlib
@@ -419,6 +414,9 @@ CHECKS = (
     ("validation accepts a hybrid target with the override", check_hybrid_override),
     ("validation refuses a hybrid SWA target", check_swa_refused),
     ("validation refuses --enable-hisparse", check_hisparse_refused),
+    ("validation refuses --attention-backend fa3", check_fa3_refused),
+    ("validation refuses a fa3 decode backend", check_fa3_decode_refused),
+    ("validation accepts --attention-backend flashinfer", check_flashinfer_accepted),
     *((f"import sglang.srt.speculative.{m}", _import_module_check(m)) for m in DDTREE_MODULES),
     ("create_worker resolves DDTREE to DDTreeWorker", check_create_worker),
     ("DDTreeWorker subclasses DFlashWorkerV2", check_worker_base),
@@ -426,6 +424,8 @@ CHECKS = (
     ("capture input carries the tree mask", check_capture_input),
     ("KV reservation is block + max(block, budget + 1)", check_reserve),
 )
+# every result's name, in the order run() reports them
+CHECK_NAMES = ("import patched modules", *(name for name, _ in CHECKS))
 
 
 def _tail(exc: BaseException) -> str:
