@@ -44,7 +44,8 @@ rollback_failed.
 Test hook: ``SGLPATCH_AGENT_CRASH=<point>:<n>`` makes the agent die (``os._exit(137)``) at a point
 of the push — ``stage:n`` after n staged files, ``partial:n`` half-way through writing the n-th temp
 file, ``commit:n`` after n renames, ``pushed:0`` after the journal says pushed but before the record —
-so tests can reproduce an interrupted upload for real.
+and of a rollback — ``restore:n`` after n files put back from their backups — so tests can
+reproduce an interrupted upload or rollback for real.
 """
 
 from __future__ import annotations
@@ -681,6 +682,7 @@ def restore_plan(h, did, plan, created_dirs):
     """Put every file of ``plan`` back to its ``before`` state (idempotent), then verify by hash.
     Callers run ``check_backups`` first, so that a missing backup restores nothing."""
     dirs = set()
+    restored = 0
     for rel, e in plan.items():
         t = h.target(rel)
         dirs.add(os.path.dirname(t))
@@ -704,6 +706,8 @@ def restore_plan(h, did, plan, created_dirs):
         tmp = h.temp_for(rel, did)
         stage_file(tmp, data, e["before"], e["uid"], e["gid"], e["orig_mode"])
         os.replace(tmp, t)
+        restored += 1
+        _crash("restore", restored)
     for d in dirs:
         fsync_dir(d)
     for rel in plan:

@@ -405,3 +405,30 @@ def test_missing_backups_hint_copies_locally_or_by_scp(tmp_path):
     assert f"copy {keep} to gpu-1:/site/.sglpatch/backups/d1/a.py (e.g. with scp)" in remote
     assert f"copy {keep} to /site/.sglpatch/backups/d1/a.py, then rerun" in local and "scp" not in local
     assert "no local copy of b.py either" in remote and "no local copy of b.py either" in local
+
+
+@pytest.mark.parametrize("then", ["rollback", "apply"])
+def test_an_interrupted_rollback_is_finished_by_the_next_run(env, monkeypatch, then):
+    """Kill the agent after the first file a rollback restores: the host says pending (journal
+    rolling_back, no file holds anything but its old or new bytes); the next rollback completes it
+    and ends pristine; an apply first finishes that rollback (never a push over a half-restored
+    install) and then deploys."""
+    res = apply(env)
+    assert res.status == "applied"
+    monkeypatch.setenv("SGLPATCH_AGENT_CRASH", "restore:1")
+    with pytest.raises(Exception):
+        rollback_host(env.t, env.host, env.info, home=env.home)
+    monkeypatch.delenv("SGLPATCH_AGENT_CRASH")
+    assert live(env, SPEC) in (sha(RELEASE[SPEC]), env.ps.target(VERSION).expected[SPEC])
+    st = host_status(env.t, env.host, env.info, env.ps)
+    assert st.overall == "pending" and st.journal["phase"] == "rolling_back", st.to_json()
+    if then == "rollback":
+        rollback_host(env.t, env.host, env.info, home=env.home, break_lock=True)
+        assert_release(env)
+    else:
+        res = apply(env, break_lock=True)
+        assert res.status == "applied" and res.recovered and "rolled back" in res.recovered[0], res
+        assert host_status(env.t, env.host, env.info, env.ps).overall == "patched"
+    st = host_status(env.t, env.host, env.info, env.ps)
+    assert st.lock is None and st.journal is None
+    assert not [p for p in env.sp.rglob("*") if ".sglpatch-" in p.name]
