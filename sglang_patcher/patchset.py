@@ -628,7 +628,9 @@ def refresh_hashes(patchset_dir: str | os.PathLike, version: str, read: Reader) 
     A maintainer step after changing the series or modules. ``read`` serves the pristine release tree
     (e.g. ``wheelcache.pristine_tree(version).read``). Only the two mappings of that target are
     rewritten; comments and everything else are kept. The series must still apply strictly
-    (:class:`ApplyError` otherwise). Returns ``{"pristine": {...}, "expected": {...}}``.
+    (:class:`ApplyError` otherwise). Returns ``{"pristine": {...}, "expected": {...},
+    "already_applied": [...]}``, the last naming each hunk (``patch: path hunk N @@ ... @@``) or new
+    file that the release already carries: merged upstream, to drop from the series of that release.
     """
     root = Path(patchset_dir)
     ps = _load_dir(root, origin=str(root))
@@ -646,4 +648,6 @@ def refresh_hashes(patchset_dir: str | os.PathLike, version: str, read: Reader) 
     tmp.write_text(new_text, encoding="utf-8")
     tmp.replace(ps.yaml_path)
     _load_dir(root, origin=str(root)).render(version, read)   # the refreshed manifest must check out
-    return {"pristine": pristine, "expected": expected}
+    merged = [f"{h.patch}: {h.path}" + (f" hunk {h.index} {h.header}" if h.index else f" ({h.header})")
+              for h in result.hunks if h.status == "already_applied"]
+    return {"pristine": pristine, "expected": expected, "already_applied": merged}

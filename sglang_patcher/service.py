@@ -396,7 +396,7 @@ class RefreshReport:
     def to_json(self) -> dict[str, Any]:
         return {"patchset": self.patchset, "sglang_version": self.version, **self.hashes}
 
-    def __rich__(self) -> Table:
+    def __rich__(self):
         t = Table(title=f"{self.patchset}: hashes for sglang {self.version}", title_justify="left")
         t.add_column("file")
         t.add_column("pristine")
@@ -405,7 +405,12 @@ class RefreshReport:
             pr = self.hashes["pristine"].get(p)
             ex = self.hashes["expected"].get(p)
             t.add_row(p, (pr or "absent")[:16], (ex or "deleted")[:16])
-        return t
+        merged = self.hashes.get("already_applied") or []
+        if not merged:
+            return t
+        return Group(t, Text(f"{len(merged)} change(s) already in sglang {self.version} (merged upstream: "
+                             f"drop them from this release's series):", style="yellow"),
+                     *(Text(f"  {m}", style="yellow") for m in merged))
 
 
 def refresh_patchset(name: str, version: str, *, tree: Path | None = None, home: Path | None = None,

@@ -333,6 +333,25 @@ def test_refresh_tree_without_sglang_names_the_directory_and_writes_nothing(tmp_
     assert (root / "patchset.yaml").read_bytes() == before
 
 
+def test_refresh_names_the_changes_a_release_already_carries(tmp_path, capsys):
+    """A release that merged one of the series' changes (here the ARGS hunk and the new module):
+    refresh still pins the hashes, and names each merged change so the maintainer drops it."""
+    from sglang_patcher.cli import main
+    root = make_patchset(tmp_path, hashes=False)
+    merged = {SPEC: RELEASE[SPEC], ARGS: PATCHED[ARGS], NEW: MODULE}
+    tree = tmp_path / "tree"
+    for p, b in merged.items():
+        (tree / p).parent.mkdir(parents=True, exist_ok=True)
+        (tree / p).write_bytes(b)
+    maps = refresh_hashes(root, V, merged.get)
+    assert maps["already_applied"] == [f"demo r1 sglang-{V}/0002-args.patch: {ARGS} hunk 1 @@ -18,6 +18,7 @@",
+                                       f"demo r1 modules/ddtree_x.py: {NEW} (new file from modules/ddtree_x.py)"]
+    assert maps["expected"][ARGS] == maps["pristine"][ARGS] == sha(PATCHED[ARGS])
+    assert main(["patchset", "refresh", str(root), "--sglang", V, "--tree", str(tree)]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert f"2 change(s) already in sglang {V}" in out and "drop them" in out and ARGS in out, out
+
+
 def test_refresh_writes_scalars_that_read_back_as_strings():
     from sglang_patcher.patchset import _scalar
     for value in ["0" * 64, "1234" * 16, "ab" * 32, "sglang/srt/x.py", "true", "null", "0.5.23", "1e5"]:
