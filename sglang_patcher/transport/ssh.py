@@ -179,7 +179,17 @@ class SSHTransport:
                                  hint="fix hostname/ssh_alias in hosts.yaml") from exc
         except (SSHException, OSError, EOFError, ValueError, AmbiguousEnvVar, UncastableEnvVar,
                 UnknownFileType) as exc:
-            raise TransportError(f"{self.name} ({where}): SSH connection failed ({exc})") from exc
+            text = str(exc)
+            if "No authentication methods available" in text:
+                raise TransportError(f"{self.name} ({where}): no key to log in with (no identity_file, "
+                                     "no key in ssh-agent, none under ~/.ssh)",
+                                     hint=f"set identity_file of host {self.name} in hosts.yaml, or load "
+                                          "the key with ssh-add") from exc
+            hint = None
+            if "protocol banner" in text:
+                hint = ("something answered on that port but not as an SSH server, or too slowly: check "
+                        "hostname/port in hosts.yaml (and any firewall in between)")
+            raise TransportError(f"{self.name} ({where}): SSH connection failed ({exc})", hint=hint) from exc
         self._conn = conn
 
     @property

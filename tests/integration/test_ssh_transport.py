@@ -138,6 +138,66 @@ def test_a_missing_identity_file_is_named_before_any_connection(sshd, tmp_path):
     assert "hosts.yaml" in ei.value.hint and "authentication" not in ei.value.message
 
 
+def test_a_key_held_by_ssh_agent_is_used_without_identity_file(sshd, tmp_path, monkeypatch):
+    """No identity_file and no key under ~/.ssh: the key comes from a real ssh-agent, as ssh does."""
+    import shutil
+    if not (shutil.which("ssh-agent") and shutil.which("ssh-add")):
+        pytest.skip("ssh-agent / ssh-add not installed (openssh-client)")
+    sock = tmp_path / "agent.sock"
+    agent = subprocess.Popen(["ssh-agent", "-D", "-a", str(sock)], stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL)
+    try:
+        for _ in range(100):
+            if sock.exists():
+                break
+            time.sleep(0.05)
+        env = {**os.environ, "SSH_AUTH_SOCK": str(sock)}
+        subprocess.run(["ssh-add", "-q", sshd.identity_file], env=env, check=True, capture_output=True)
+        home = tmp_path / "home"
+        (home / ".ssh").mkdir(parents=True)  # empty: paramiko finds no default key files
+        monkeypatch.setenv("HOME", str(home))
+        monkeypatch.setenv("SSH_AUTH_SOCK", str(sock))
+        with connect(sshd.host_entry(PY, identity_file=None)) as t:
+            assert t.run(["echo", "via-agent"]).stdout.strip() == b"via-agent"
+        monkeypatch.delenv("SSH_AUTH_SOCK")  # and without the agent the same host is refused
+        with connect(sshd.host_entry(PY, identity_file=None)) as t:
+            with pytest.raises(TransportError, match="no key to log in with") as ei:
+                t.run(["true"])
+        assert "identity_file" in ei.value.hint and "ssh-add" in ei.value.hint
+    finally:
+        agent.terminate()
+        agent.wait(10)
+
+
+def test_a_port_that_is_not_sshd_says_so(sshd):
+    """Something listens but is no SSH server (it hangs up at once): the error says to check the
+    host's hostname/port, not a bare paramiko message."""
+    import socket
+    import threading
+
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(4)
+
+    def serve():
+        while True:
+            try:
+                conn, _ = srv.accept()
+            except OSError:
+                return
+            conn.sendall(b"HTTP/1.1 400 Bad Request\r\n\r\n")
+            conn.close()
+
+    threading.Thread(target=serve, daemon=True).start()
+    try:
+        with connect(sshd.host_entry(PY, port=srv.getsockname()[1])) as t:
+            with pytest.raises(TransportError) as ei:
+                t.run(["true"])
+    finally:
+        srv.close()
+    assert "hostname/port" in (ei.value.hint or ""), str(ei.value)
+
+
 def test_closed_port_is_a_transport_error(sshd):
     import socket
     with socket.socket() as s:
