@@ -413,6 +413,52 @@ class RefreshReport:
                      *(Text(f"  {m}", style="yellow") for m in merged))
 
 
+def _release_tree_reader(base: Path, version: str, log: Log) -> Callable[[str], bytes | None]:
+    """A reader of the release files under ``base`` (a site-packages-like directory) for refresh.
+
+    Where ``base`` holds ``sglang-<v>.dist-info`` (an install or an unpacked wheel), its version
+    must be ``version`` and every file read must match its RECORD: a patched or hand-edited install
+    is refused (its hashes would be pinned as "pristine"). Without dist-info (a source checkout)
+    the files are taken as they are, with a warning. Raises ConfigError naming the directory."""
+    import hashlib
+
+    from .manifest import read_record
+
+    if not (base / "sglang").is_dir():
+        raise ConfigError(f"{base}: no sglang/ package there",
+                          hint="--tree takes a site-packages directory: the one that holds sglang/")
+    infos = sorted(base.glob("sglang-*.dist-info"))
+    record: dict[str, str | None] | None = None
+    if infos:
+        found = infos[-1].name[len("sglang-"):-len(".dist-info")]
+        if len(infos) > 1 or found != version:
+            raise ConfigError(f"{base}: holds {', '.join(i.name for i in infos)}, not sglang {version}",
+                              hint=f"give the site-packages of sglang {version}, or --sglang {found}")
+        try:
+            record = read_record((infos[-1] / "RECORD").read_text(encoding="utf-8"))
+        except OSError as exc:
+            raise ConfigError(f"{infos[-1]}: cannot read RECORD ({exc.strerror or exc})",
+                              hint="give an intact install or unpacked wheel") from exc
+        log(f"pristine tree: {base} (sglang {version}, each file checked against its RECORD)")
+    else:
+        log(f"pristine tree: {base} (no sglang-*.dist-info: taken as sglang=={version} unchecked)")
+
+    def read(p: str) -> bytes | None:
+        f = base / p
+        data = f.read_bytes() if f.is_file() else None
+        if record is not None and (data is not None or p in record):
+            want = record.get(p)
+            got = None if data is None else hashlib.sha256(data).hexdigest()
+            if p not in record or got != want:
+                why = "is not in its RECORD" if p not in record else (
+                    "is missing" if data is None else "differs from its RECORD (patched or edited)")
+                raise ConfigError(f"{base}: {p} {why}: not the sglang {version} release file",
+                                  hint="refresh from a pristine install (e.g. drop --tree: the PyPI wheel), "
+                                       "or roll the patchset back on that install first")
+        return data
+    return read
+
+
 def refresh_patchset(name: str, version: str, *, tree: Path | None = None, home: Path | None = None,
                      log: Log = _quiet) -> RefreshReport:
     """Recompute and rewrite ``pristine``/``expected`` of ``name`` for ``version``.
@@ -428,15 +474,7 @@ def refresh_patchset(name: str, version: str, *, tree: Path | None = None, home:
     ps = load_patchset(name)
     ps.target(version)  # an unsupported version fails before any download (as diff does)
     if tree is not None:
-        base = Path(tree)
-        if not (base / "sglang").is_dir():
-            raise ConfigError(f"{base}: no sglang/ package there",
-                              hint="--tree takes a site-packages directory: the one that holds sglang/")
-        log(f"pristine tree: {base} (taken as sglang=={version})")
-
-        def read(p: str) -> bytes | None:
-            f = base / p
-            return f.read_bytes() if f.is_file() else None
+        read = _release_tree_reader(Path(tree), version, log)
     else:
         log(f"pristine tree: sglang=={version} from the PyPI wheel (downloaded once, then cached)")
         read = pristine_tree(version, home=home).read

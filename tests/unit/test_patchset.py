@@ -333,6 +333,41 @@ def test_refresh_tree_without_sglang_names_the_directory_and_writes_nothing(tmp_
     assert (root / "patchset.yaml").read_bytes() == before
 
 
+def _site_packages(base: Path, files: dict[str, bytes], version: str = V, record: dict | None = None) -> Path:
+    """A site-packages-like tree of ``files`` with sglang-<version>.dist-info/RECORD (hashes of
+    ``record``, default: of ``files``)."""
+    import base64
+    for p, b in files.items():
+        (base / p).parent.mkdir(parents=True, exist_ok=True)
+        (base / p).write_bytes(b)
+    rows = [f"{p},sha256={base64.urlsafe_b64encode(hashlib.sha256(b).digest()).decode().rstrip('=')},{len(b)}"
+            for p, b in (record if record is not None else files).items()]
+    info = base / f"sglang-{version}.dist-info"
+    info.mkdir(parents=True)
+    (info / "RECORD").write_text("\n".join(rows + [f"{info.name}/RECORD,,"]) + "\n")
+    return base
+
+
+def test_refresh_tree_is_checked_against_its_record(tmp_path, capsys):
+    """--tree with a dist-info: a pristine install refreshes; a patched one (a file that differs
+    from RECORD, or one RECORD lacks) or another release is refused, naming the file, and
+    patchset.yaml stays as it was."""
+    from sglang_patcher.cli import main
+    root = make_patchset(tmp_path, hashes=False)
+    before = (root / "patchset.yaml").read_bytes()
+    patched = _site_packages(tmp_path / "patched", {**PATCHED, NEW: MODULE}, record=RELEASE)
+    other = _site_packages(tmp_path / "other", RELEASE, version="0.5.22")
+    for tree, said in ((patched, f"{SPEC} differs from its RECORD"), (other, "not sglang 0.5.23")):
+        code = main(["patchset", "refresh", str(root), "--sglang", V, "--tree", str(tree)])
+        err = " ".join(capsys.readouterr().err.split())
+        assert code == 2 and str(tree) in err and said in err, err
+        assert (root / "patchset.yaml").read_bytes() == before
+    good = _site_packages(tmp_path / "good", RELEASE)
+    assert main(["patchset", "refresh", str(root), "--sglang", V, "--tree", str(good)]) == 0
+    assert "checked against its RECORD" in " ".join(capsys.readouterr().out.split())
+    load_patchset(root).render(V, read_release)
+
+
 def test_refresh_names_the_changes_a_release_already_carries(tmp_path, capsys):
     """A release that merged one of the series' changes (here the ARGS hunk and the new module):
     refresh still pins the hashes, and names each merged change so the maintainer drops it."""
