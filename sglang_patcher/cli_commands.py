@@ -160,11 +160,11 @@ def patchset_group() -> None:
 @pass_app
 def patchset_tree_cmd(app: AppContext, version: str) -> None:
     """Print the directory of the verified pristine tree of sglang VERSION (its PyPI wheel,
-    downloaded and checked against RECORD once, then cached): what `diff --sglang` patches, e.g.
-    for `git apply --check` of a saved diff."""
+    downloaded and checked against RECORD once, then cached; every file is re-hashed here, and a
+    modified cache rebuilt): what `diff --sglang` patches, e.g. for `git apply --check` of a saved diff."""
     from .wheelcache import pristine_tree
 
-    tree = pristine_tree(version).tree
+    tree = pristine_tree(version, verify=True, log=lambda msg: click.echo(msg, err=True)).tree
     if app.as_json:
         app.result({"sglang_version": version, "tree": str(tree)})
     else:

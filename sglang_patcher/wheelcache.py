@@ -36,7 +36,7 @@ from packaging.tags import sys_tags
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
-from .errors import PatchsetError, TransportError
+from .errors import PatchsetError, StateError, TransportError
 from .manifest import FileEntry, Manifest, read_record, sha256_bytes, sha256_file
 from .state import safe_component, sglpatch_home
 
@@ -66,14 +66,25 @@ class WheelTree:
         return self.tree / _safe_rel(path)
 
     def read(self, path: str) -> bytes | None:
-        """Bytes of ``path`` (site-packages-relative posix), None when the release has no such file."""
-        if _safe_rel(path) not in self.manifest.files:
+        """Bytes of ``path`` (site-packages-relative posix), None when the release has no such file.
+
+        Raises StateError when the cached file is missing or no longer has its manifest sha256
+        (the cache was edited: ``sglpatch patchset tree VERSION`` re-verifies and rebuilds it)."""
+        entry = self.manifest.files.get(_safe_rel(path))
+        if entry is None:
             return None
+        fix = (f"`sglpatch patchset tree {self.version}` re-verifies the cache and rebuilds it from the "
+               f"wheel (or delete {self.root})")
         try:
-            return self.path_of(path).read_bytes()
+            data = self.path_of(path).read_bytes()
         except OSError as exc:
-            raise PatchsetError(f"{self.root}: the cached pristine tree lacks {path} ({exc.strerror})",
-                                hint=f"delete {self.root} and run again to rebuild it") from exc
+            raise StateError(f"{self.root}: the cached pristine tree of sglang {self.version} lacks {path} "
+                             f"({exc.strerror})", hint=fix) from exc
+        if sha256_bytes(data) != entry.sha256:
+            raise StateError(f"{self.path_of(path)}: the cached pristine tree of sglang {self.version} was "
+                             f"modified (sha256 {sha256_bytes(data)[:12]}, the release file has {entry.sha256[:12]})",
+                             hint=fix)
+        return data
 
     def verify(self) -> list[str]:
         """Re-hash every file; returns the paths that no longer match the manifest (empty: intact)."""
@@ -107,18 +118,28 @@ def _safe_rel(path: str) -> str:
     return str(p)
 
 
-def pristine_tree(version: str, home: Path | None = None) -> WheelTree:
+def pristine_tree(version: str, home: Path | None = None, *, verify: bool = False,
+                  log=lambda msg: None) -> WheelTree:
     """The verified pristine tree of ``sglang==version``, downloading and extracting it once.
 
     ``home`` defaults to :func:`sglpatch_home`. The first call downloads (~40 MB for 0.5.23) and
-    extracts (~6,400 files); later calls read ``manifest.json`` only. Raises :class:`PatchsetError`
-    for an unknown version, a pip failure or a wheel that does not match its RECORD.
+    extracts (~6,400 files); later calls read ``manifest.json`` only (each file read is checked
+    against it), or with ``verify`` re-hash every file (~40 MB). A cache whose ``tree/`` is gone, or
+    that ``verify`` finds modified, is rebuilt from the cached wheel (``log`` says so). Raises
+    :class:`PatchsetError` for an unknown version, a pip failure or a wheel that does not match
+    its RECORD.
     """
     _check_version(version)
     wheels = wheels_dir(home)
     final = wheels / f"sglang-{safe_component(version)}"
     if (final / "manifest.json").is_file():
-        return _open(final, version)
+        tree = _open(final, version)
+        bad = ["tree/"] if not tree.tree.is_dir() else (tree.verify() if verify else [])
+        if not bad:
+            return tree
+        log(f"{final}: {len(bad)} cached file(s) missing or modified ({', '.join(bad[:3])}"
+            f"{', …' if len(bad) > 3 else ''}): rebuilding it from the wheel")
+        shutil.rmtree(final)
     wheels.mkdir(parents=True, exist_ok=True)
     _clean_stale(wheels)
     if final.exists():

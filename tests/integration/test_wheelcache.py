@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from sglang_patcher.errors import PatchsetError
+from sglang_patcher.errors import PatchsetError, StateError
 from sglang_patcher.wheelcache import pristine_tree, tree_from_wheel
 
 V = "9.9.9"
@@ -80,15 +80,29 @@ def test_tree_is_extracted_verified_and_cached(tmp_path):
     assert [p.name for p in (home / "wheels").iterdir()] == [f"sglang-{V}"]
 
 
-def test_verify_notices_a_modified_file(tmp_path):
+def test_a_modified_cache_is_never_read_as_pristine_and_verify_rebuilds_it(tmp_path):
+    """An edited cached file: verify names it, read refuses it (naming the file and the command
+    that heals the cache), a missing one likewise; pristine_tree(verify=True) rebuilds the cache
+    from the cached wheel, and a cache whose tree/ is gone is rebuilt without asking."""
     home = tmp_path / "home"
     cached_wheel(home)
     t = pristine_tree(V, home=home)
     t.path_of("sglang/srt/server_args.py").write_bytes(b"x = 2\n")
     assert t.verify() == ["sglang/srt/server_args.py"]
+    with pytest.raises(StateError) as ei:
+        t.read("sglang/srt/server_args.py")
+    assert "was modified" in ei.value.message and f"sglpatch patchset tree {V}" in ei.value.hint
     t.path_of("sglang/__init__.py").unlink()
-    with pytest.raises(PatchsetError, match="lacks sglang/__init__.py"):
+    with pytest.raises(StateError, match="lacks sglang/__init__.py"):
         t.read("sglang/__init__.py")
+    said = []
+    t = pristine_tree(V, home=home, verify=True, log=said.append)
+    assert t.verify() == [] and t.read("sglang/srt/server_args.py") == b"x = 1\n"
+    assert "2 cached file(s) missing or modified" in said[0] and "rebuilding" in said[0], said
+    import shutil
+    shutil.rmtree(t.tree)
+    t = pristine_tree(V, home=home)
+    assert t.read("sglang/__init__.py") == FILES["sglang/__init__.py"] and t.verify() == []
 
 
 def test_directory_without_manifest_is_rebuilt(tmp_path):
