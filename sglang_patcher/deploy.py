@@ -899,7 +899,7 @@ def plan_apply(transport: Transport, host: Any, info: Any, patchset: Any, *, pri
     ``pristine``: a reader of pristine bytes (a Mirror, or ``read(path) -> bytes | None``); the
     wheel cache, local backups and the host's backups are the fallbacks. ``inspect``: a fresh
     agent ``inspect`` answer to reuse (else one round trip). Raises UnsupportedVersionError,
-    StateError (no pristine copy), ApplyError/PatchsetError (the series does not apply),
+    DeployError (the host carries a newer revision: a downgrade is a rollback), StateError (no pristine copy), ApplyError/PatchsetError (the series does not apply),
     PatchsetError (the rendered bytes do not match the patchset's expected sha256).
     """
     home = home or sglpatch_home()
@@ -909,6 +909,7 @@ def plan_apply(transport: Transport, host: Any, info: Any, patchset: Any, *, pri
     agent = agent or _agent_for(transport, host, info)
     if inspect is None:
         inspect = agent.inspect(sorted(paths))
+    _refuse_downgrade(name, inspect, patchset)  # a newer revision there is no drift (diff says so too)
     readers: list[tuple[str, Callable[[str], bytes | None]]] = []
     r = _reader_of(pristine)
     if r is not None:

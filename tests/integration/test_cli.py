@@ -439,6 +439,8 @@ def test_an_older_revision_over_a_newer_one_is_refused_as_a_downgrade(capsys, tm
         code, data, _ = run_json(capsys, *h, "apply", "ddtree@1", "--host", "here", "--yes", *extra)
         assert code == 8, data
         assert "downgrade is a rollback" in data["error"] and "rollback" in data["hint"]
+    code, data, _ = run_json(capsys, *h, "diff", "ddtree@1", "--host", "here")  # diff says what apply would
+    assert code == 8 and "downgrade is a rollback" in data["error"] and "drift" not in data["error"], data
     after = {p.name: p.read_bytes() for p in (local_target.site_packages / "sglang/srt/speculative").glob("*.py")}
     assert after == before, "a refused downgrade writes nothing"
 
