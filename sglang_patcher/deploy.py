@@ -644,6 +644,7 @@ class StatusReport:
     older_revision: int | None = None  # judged against a patchset: the earlier revision installed whole
     bad_backups: dict[str, dict[str, str]] = field(default_factory=dict)  # id → {path: backup} a rollback lacks
     local_backups: dict[str, str] = field(default_factory=dict)  # id → local copies' dir, for bad_backups
+    note: str | None = None  # what the verdict rests on, where that is not obvious (no records, no files)
 
     @property
     def held_paths(self) -> set[str]:
@@ -695,7 +696,8 @@ class StatusReport:
                 "journal": _record_summary(self.journal) if self.journal else None, "lock": self.lock,
                 "lock_stale": holder_is_stale(self.lock),
                 "damaged": list(self.damaged), "older_revision": self.older_revision,
-                "bad_backups": dict(self.bad_backups), "local_backups": dict(self.local_backups)}
+                "bad_backups": dict(self.bad_backups), "local_backups": dict(self.local_backups),
+                "note": self.note}
 
     def __rich__(self):
         from rich.console import Group
@@ -709,6 +711,8 @@ class StatusReport:
             overall += (f" (r{'/r'.join(map(str, later))} of {self.patchset} is installed, later than the "
                         f"r{self.revision} asked about; a rollback goes back)")
         parts: list[Any] = [Text(f"{self.host} (sglang {self.sglang_version}): {overall}", style="bold")]
+        if self.note:
+            parts.append(Text(f"  {self.note}", style="yellow"))
         if self.damaged:
             parts.append(Text(f"  damaged deployment record(s): {', '.join(self.damaged)} — apply and rollback "
                               f"refuse until they are fixed; {_damaged_hint(self.host)}", style="bold red"))

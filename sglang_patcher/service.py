@@ -352,7 +352,28 @@ def host_status(host: Host, *, patchset: str | None = None) -> deploy.StatusRepo
     """Per touched file: pristine / patched (patchset, revision) / drifted; history; journal."""
     ps = load_patchset(patchset) if patchset else None
     with _session(host) as (transport, info):
-        return deploy.host_status(transport, host, info, ps)
+        report = deploy.host_status(transport, host, info, ps)
+    if ps is None and not report.files and not report.deployments and report.journal is None:
+        report.note = _unrecorded_note(str(info.sglang_version))
+    return report
+
+
+def _unrecorded_note(version: str) -> str:
+    """Why a host without sglpatch records reads "pristine", and how to check its files."""
+    from .patchset import available_patchsets
+
+    fits, others = [], []
+    for name in sorted(available_patchsets()):
+        try:
+            ps = load_patchset(name)
+        except SglpatchError:
+            continue
+        (fits if version in ps.versions else others).append(f"{name} ({', '.join(ps.versions)})")
+    said = "no sglpatch deployment is recorded on this host, so no file was checked"
+    if fits:
+        return f"{said}; `--patchset NAME` checks a patchset's files: {', '.join(fits)}"
+    return (f"{said}; no patchset here supports sglang {version}" +
+            (f" (supported: {'; '.join(others)})" if others else ""))
 
 
 def rollback(host: Host, *, deployment: str | None = None, break_lock: bool = False,

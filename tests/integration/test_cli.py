@@ -842,3 +842,21 @@ def test_status_says_whether_a_lock_holder_is_gone(capsys, tmp_path, sglpatch_ho
     assert code == 0, data
     assert not (state / "lock").exists()
     assert run_json(capsys, *h, "rollback", "--host", "here")[0] == 0
+
+
+def test_status_of_a_host_without_records_says_what_it_rests_on(capsys, tmp_path, sglpatch_home, local_target):
+    """No sglpatch record on the host: "pristine" comes with a note that no file was checked and
+    which patchsets `--patchset` could check for this release (or that none supports it)."""
+    from sglang_patcher.inventory import Host
+    from sglang_patcher.service import _unrecorded_note
+
+    hosts = write_hosts(tmp_path / "hosts.yaml", Host(name="here", transport="local", python=str(local_target)))
+    code, data, _ = run_json(capsys, "--hosts", str(hosts), "status", "--host", "here")
+    assert code == 0 and data["overall"] == "pristine" and data["files"] == [], data
+    assert "no file was checked" in data["note"] and f"ddtree ({VERSION})" in data["note"], data["note"]
+    code, out, _ = run_cli(capsys, "--hosts", str(hosts), "status", "--host", "here")
+    assert "--patchset NAME" in " ".join(out.split())
+    code, data, _ = run_json(capsys, "--hosts", str(hosts), "status", "--host", "here", "--patchset", "ddtree")
+    assert data["note"] is None and len(data["files"]) == 20, data  # judged against the patchset: checked
+    assert _unrecorded_note("0.5.22") == ("no sglpatch deployment is recorded on this host, so no file was "
+                                          f"checked; no patchset here supports sglang 0.5.22 (supported: ddtree ({VERSION}))")
