@@ -780,6 +780,11 @@ class RollbackResult:
     def __rich__(self):
         from rich.table import Table
 
+        if not self.rolled_back and not self.files:
+            from rich.text import Text
+            return Text(f"{self.host}: nothing to roll back — no sglpatch deployment is active there"
+                        + (f" (deployment {self.already[-1]} was rolled back already)" if self.already else
+                           " (none was ever recorded)") + f"; `sglpatch status --host {self.host}` checks the files")
         t = Table(title=f"{self.host}: rolled back {', '.join(self.rolled_back) or 'nothing'}"
                         f" ({self.round_trips} round trips, {self.seconds:.2f} s)")
         t.add_column("file")
@@ -1194,8 +1199,10 @@ def rollback_host(transport: Transport, host: Any, info: Any, deployment_id: str
     verifies every file against its recorded pre-deploy sha256. A file edited on the host since the
     deployment wrote it is drift: :class:`DriftError` naming the files and nothing is changed, unless
     ``force`` (the edited bytes are then kept on the host under ``backups/<id>.drifted/``).
-    Raises StateError (unknown id, nothing to roll back, a backup missing or not matching),
-    LockHeldError, DriftError.
+    Nothing active (rolled back already, or never deployed) is no error: the result names no
+    deployment (``already``: the latest rolled-back one, if any). Raises StateError (unknown id,
+    local records of an active deployment the host has no record of, a backup missing or not
+    matching), LockHeldError, DriftError.
     """
     t0 = time.monotonic()
     rt0 = transport.round_trips
@@ -1215,16 +1222,17 @@ def rollback_host(transport: Transport, host: Any, info: Any, deployment_id: str
         if not active:
             shown = [d['id'] + ' ' + str(d.get('phase')) for d in order]
             lost = _local_only_active(home, name, set(records))
-            hint = (f"no sglpatch deployment is active in the host's records; `sglpatch status --host {name}` "
-                    f"shows each file's state")
-            if lost:
-                hint = (f"the host has no record of deployment(s) {', '.join(p.stem for p in lost)}, active in "
-                        f"the local copies: {', '.join(str(p) for p in lost)} — if its files are still patched "
-                        f"(`sglpatch status --host {name}`), copy the record back into the host's .sglpatch/"
-                        f"deployments/ and roll back again")
-            raise StateError(f"{name}: no deployment to roll back (history: "
-                             f"{', '.join(shown[-5:]) or 'empty'}"
-                             f"{f', and {len(shown) - 5} earlier' if len(shown) > 5 else ''})", hint=hint)
+            if not lost:  # rolled back already, or never deployed: the wanted state holds (exit 0)
+                return RollbackResult(host=name, rolled_back=[], files={},
+                                      already=[d["id"] for d in order if d.get("phase") == "rolled_back"][-1:],
+                                      round_trips=transport.round_trips - rt0, seconds=time.monotonic() - t0)
+            raise StateError(
+                f"{name}: no deployment to roll back in the host's records (history: "
+                f"{', '.join(shown[-5:]) or 'empty'}{f', and {len(shown) - 5} earlier' if len(shown) > 5 else ''})",
+                hint=f"the host has no record of deployment(s) {', '.join(p.stem for p in lost)}, active in "
+                     f"the local copies: {', '.join(str(p) for p in lost)} — if its files are still patched "
+                     f"(`sglpatch status --host {name}`), copy the record back into the host's .sglpatch/"
+                     f"deployments/ and roll back again")
         todo = [active[-1]]
     else:
         if deployment_id not in records:

@@ -480,6 +480,8 @@ def test_damaged_host_records_are_one_clear_error(capsys, tmp_path, sglpatch_hom
 
 def test_rollback_with_nothing_deployed_says_so_and_where_to_look(capsys, tmp_path, sglpatch_home,
                                                                   local_target):
+    """Rollback is idempotent: with nothing active (never deployed, or rolled back already) it
+    exits 0, writes nothing and says so, naming the rolled-back deployment where there is one."""
     from sglang_patcher.inventory import Host
 
     hosts = write_hosts(tmp_path / "hosts.yaml",
@@ -489,12 +491,23 @@ def test_rollback_with_nothing_deployed_says_so_and_where_to_look(capsys, tmp_pa
     def live():
         return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in spec.glob("*.py")}
 
+    h = ["--hosts", str(hosts)]
     before = live()
-    code, data, _ = run_json(capsys, "--hosts", str(hosts), "rollback", "--host", "here")
-    assert code == 10, data
-    assert "no deployment to roll back" in data["error"]
-    assert "sglpatch status --host here" in data["hint"]
+    code, data, _ = run_json(capsys, *h, "rollback", "--host", "here")
+    assert code == 0 and data["rolled_back"] == [] and data["already"] == [] and data["files"] == {}, data
+    code, out, _ = run_cli(capsys, *h, "rollback", "--host", "here")
+    out = " ".join(out.split())
+    assert code == 0 and "nothing to roll back" in out and "none was ever recorded" in out, out
+    assert "sglpatch status --host here" in out
     assert live() == before  # nothing written
+    assert run_json(capsys, *h, "apply", "ddtree", "--host", "here", "--yes")[0] == 0
+    code, data, _ = run_json(capsys, *h, "rollback", "--host", "here")
+    assert code == 0 and len(data["rolled_back"]) == 1 and live() == before, data
+    did = data["rolled_back"][0]
+    code, out, _ = run_cli(capsys, *h, "rollback", "--host", "here")  # a second time: said, not an error
+    assert code == 0 and f"deployment {did} was rolled back already" in " ".join(out.split()), out
+    code, data, _ = run_json(capsys, *h, "rollback", "--host", "here", "--to", did)
+    assert code == 0 and data["already"] == [did] and data["rolled_back"] == [], data
 
 
 def test_a_host_record_lost_is_named_by_status_and_rollback_points_at_the_local_copy(capsys, tmp_path,
