@@ -41,10 +41,18 @@ def run_demo(app: "AppContext", *, version: str, patchset: str, with_deps: bool 
     before = service.host_status(host, patchset=patchset)
     active = [d["id"] for d in before.deployments if d.get("phase") in ACTIVE]
     if active or before.journal or before.overall != "pristine":  # the user's own: never take it off
-        raise DeployError(f"sandbox: carries {', '.join(active) or before.overall} (an earlier `sglpatch apply "
-                          f"--host sandbox`?); the demo starts from a pristine sandbox and would change it",
-                          hint="take it off with `sglpatch rollback --host sandbox` (or delete "
-                               f"{sandbox_dir(version)}: the demo rebuilds it), then run the demo again")
+        rebuild = f"delete {sandbox_dir(version)} (the demo rebuilds it)"
+        if active or before.journal:
+            what = (f"deployment {', '.join(active) or before.journal.get('id')} (an earlier "
+                    f"`sglpatch apply --host sandbox`?)")
+            hint = f"take it off with `sglpatch rollback --host sandbox`, or {rebuild}; then run the demo again"
+        else:
+            edited = [f.path for f in before.files if f.state not in ("pristine", "absent")]
+            what = (f"{len(edited)} file(s) that are not the release's ({', '.join(edited[:3])}"
+                    f"{', …' if len(edited) > 3 else ''}), with no deployment of sglpatch behind them: edited by hand?")
+            hint = f"{rebuild}, then run the demo again (`sglpatch status --host sandbox --patchset {patchset}` names them)"
+        raise DeployError(f"sandbox: carries {what}; the demo starts from a pristine sandbox and would change it",
+                          hint=hint)
     results["sandbox_before"] = before.overall
 
     step(f"2. diff: what patchset {patchset!r} would change (strict, fuzz 0)")

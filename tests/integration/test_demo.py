@@ -53,3 +53,13 @@ def test_demo_tells_the_whole_story_and_leaves_the_sandbox_pristine(capsys, sglp
     assert hashlib.sha256((site / rel).read_bytes()).hexdigest() == before
     assert main(["rollback", "--host", "sandbox"]) == 0
     assert hashlib.sha256((site / rel).read_bytes()).hexdigest() == want
+
+    # a file edited by hand, no deployment behind it: named, and the hint is the rebuild (a
+    # rollback has nothing to take off)
+    (site / rel).write_bytes((site / rel).read_bytes() + b"# hand edit\n")
+    capsys.readouterr()
+    code = main(["demo"])
+    out, err = capsys.readouterr()
+    err = " ".join(err.split())
+    assert code == 8 and rel in err and "edited by hand" in err and "rollback" not in err, err
+    assert f"delete {sandbox_dir()}" in err
