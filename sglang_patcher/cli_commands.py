@@ -110,10 +110,28 @@ def apply_cmd(app: AppContext, patchset: str, host_name: str, dry_run: bool, yes
 @cli.command("status")
 @click.option("--host", "host_name", required=True, help="Host (a name from the inventory, or sandbox).")
 @click.option("--patchset", default=None, help="Also classify files against this patchset.")
+@click.option("--expect", type=click.Choice(deploy.OVERALL_STATES), default=None,
+              help="Exit 1 (the report printed as usual) unless the host's overall state is this one: "
+                   "for scripts and fleets, e.g. --patchset ddtree --expect patched.")
 @pass_app
-def status_cmd(app: AppContext, host_name: str, patchset: str | None) -> None:
-    """Per touched file: pristine / patched (patchset, revision) / drifted; the deployment history."""
-    app.result(service.host_status(app.host(host_name), patchset=patchset))
+def status_cmd(app: AppContext, host_name: str, patchset: str | None, expect: str | None) -> None:
+    """Per touched file: pristine / patched (patchset, revision) / drifted; the deployment history.
+    Exit 0 whatever the state, unless --expect names another one."""
+    report = service.host_status(app.host(host_name), patchset=patchset)
+    missed = expect is not None and report.overall != expect
+    if app.as_json:
+        data = report.to_json()
+        if expect is not None:
+            data["expected"] = expect
+        if missed:
+            data.update(ok=False, exit_code=1)
+        app.result(data)
+    else:
+        app.result(report)
+        if missed:
+            app.err.print(f"{report.host} is {report.overall}, not {expect} (--expect)", markup=False)
+    if missed:
+        raise click.exceptions.Exit(1)
 
 
 @cli.command("rollback")

@@ -628,6 +628,10 @@ class FileStatus:
         return asdict(self)
 
 
+# the values of StatusReport.overall
+OVERALL_STATES = ("pristine", "patched", "older", "newer", "mixed", "drifted", "pending", "damaged", "unknown")
+
+
 @dataclass
 class StatusReport:
     """:func:`host_status`: per-file states, the host's deployment history, pending journal, lock."""

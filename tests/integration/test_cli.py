@@ -873,3 +873,24 @@ def test_status_of_a_host_without_records_says_what_it_rests_on(capsys, tmp_path
     assert data["note"] is None and len(data["files"]) == 20, data  # judged against the patchset: checked
     assert _unrecorded_note("0.5.22") == ("no sglpatch deployment is recorded on this host, so no file was "
                                           f"checked; no patchset here supports sglang 0.5.22 (supported: ddtree ({VERSION}))")
+
+
+def test_status_expect_turns_the_state_into_the_exit_code(capsys, tmp_path, sglpatch_home, local_target):
+    """--expect STATE: exit 0 when the host is in it, else 1 with the report printed as usual
+    (one JSON document with ok false); without --expect status exits 0 whatever the state."""
+    from sglang_patcher.inventory import Host
+
+    hosts = write_hosts(tmp_path / "hosts.yaml", Host(name="here", transport="local", python=str(local_target)))
+    h = ["--hosts", str(hosts), "status", "--host", "here", "--patchset", "ddtree"]
+    code, data, _ = run_json(capsys, *h, "--expect", "patched")
+    assert code == 1 and data["ok"] is False and data["overall"] == "pristine" and data["expected"] == "patched", data
+    code, out, err = run_cli(capsys, *h, "--expect", "patched")
+    assert code == 1 and "here is pristine, not patched (--expect)" in err and "pristine" in out
+    assert run_json(capsys, *h, "--expect", "pristine")[0] == 0
+    assert run_json(capsys, "--hosts", str(hosts), "apply", "ddtree", "--host", "here", "--yes")[0] == 0
+    code, data, _ = run_json(capsys, *h, "--expect", "patched")
+    assert code == 0 and data["ok"] is True, data
+    assert run_json(capsys, *h)[0] == 0
+    code, _, err = run_cli(capsys, *h, "--expect", "bogus")
+    assert code == 2 and "pristine" in err and "patched" in err  # the choices are listed
+    assert run_json(capsys, "--hosts", str(hosts), "rollback", "--host", "here")[0] == 0
