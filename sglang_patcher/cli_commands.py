@@ -134,6 +134,19 @@ def status_cmd(app: AppContext, host_name: str, patchset: str | None, expect: st
         raise click.exceptions.Exit(1)
 
 
+@cli.command("prune")
+@click.option("--host", "host_name", required=True, help="Host (a name from the inventory, or sandbox).")
+@click.option("--keep", default=3, show_default=True, type=click.IntRange(min=0),
+              help="Keep the backups of this many newest rolled-back deployments.")
+@click.option("--dry-run", is_flag=True, help="Only say what would be deleted.")
+@click.option("--break-lock", is_flag=True, help="Remove a stale deploy lock on the host first.")
+@pass_app
+def prune_cmd(app: AppContext, host_name: str, keep: int, dry_run: bool, break_lock: bool) -> None:
+    """Delete the host's backups of rolled-back deployments (their records stay as history);
+    the backups of active deployments, which rollback needs, are never touched."""
+    app.result(service.prune(app.host(host_name), keep=keep, dry_run=dry_run, break_lock=break_lock))
+
+
 @cli.command("rollback")
 @click.option("--host", "host_name", default=None,
               help="Host to roll back (default: the host of the latest local deployment record).")

@@ -262,6 +262,11 @@ class AgentClient:
     def unlock(self, holder: dict[str, Any] | None, *, break_lock: bool = False) -> dict[str, Any]:
         return self.call("unlock", {"holder": holder, "break_lock": break_lock})
 
+    def prune(self, keep: int, holder: dict[str, Any], *, dry_run: bool = False,
+              break_lock: bool = False) -> dict[str, Any]:
+        """Delete the backups of rolled-back deployments but the ``keep`` newest (see the agent)."""
+        return self.call("prune", {"keep": keep, "holder": holder, "dry_run": dry_run, "break_lock": break_lock})
+
     def compile(self, paths: list[str]) -> dict[str, Any]:
         return self.call("compile", {"paths": list(paths)})
 
@@ -796,6 +801,56 @@ class RollbackResult:
         for p, h in sorted(self.files.items()):
             t.add_row(p, h or "(removed)")
         return t
+
+
+@dataclass
+class PruneResult:
+    """:func:`prune_host`: the rolled-back deployments whose backups went (``pruned``: id, bytes,
+    dirs), those whose backups were kept, and whether it was a dry run (nothing deleted)."""
+
+    host: str
+    pruned: list[dict[str, Any]]
+    kept: list[str]
+    dry_run: bool = False
+
+    @property
+    def freed_bytes(self) -> int:
+        return sum(int(p.get("bytes", 0)) for p in self.pruned)
+
+    def to_json(self) -> dict[str, Any]:
+        return {**asdict(self), "freed_bytes": self.freed_bytes}
+
+    def __rich__(self):
+        from rich.text import Text
+
+        verb = "would free" if self.dry_run else "freed"
+        head = (f"{self.host}: {verb} {self.freed_bytes / 1e6:.1f} MB — the backups of {len(self.pruned)} "
+                f"rolled-back deployment(s)" if self.pruned else f"{self.host}: no backups to prune")
+        lines = [head] + [f"  {p['id']}: {int(p['bytes']) / 1e6:.2f} MB" for p in self.pruned]
+        if self.kept:
+            lines.append(f"  kept: the backups of {', '.join(self.kept)} (--keep); active deployments' are never pruned")
+        return Text("\n".join(lines))
+
+
+def prune_host(transport: Transport, host: Any, info: Any, *, keep: int = 3, dry_run: bool = False,
+               break_lock: bool = False) -> PruneResult:
+    """Delete, on the host, the backups of its rolled-back deployments but the ``keep`` newest.
+
+    A rolled-back deployment's backups are never read again by a rollback; its record stays (the
+    host's history), marked ``backups_pruned``. Active deployments are never touched. Takes the
+    host's lock (not for a dry run). Raises ValueError for keep < 0, StateError for damaged
+    records, DeployError (a pending journal), LockHeldError.
+    """
+    if int(keep) < 0:
+        raise ValueError(f"keep must be >= 0, got {keep}")
+    name = _host_name(host, transport)
+    agent = _agent_for(transport, host, info)
+    hist = agent.history()
+    check_host_records(name, hist)
+    takeover = False if dry_run else _lock_takeover(name, hist.get("lock"), break_lock, "cannot prune")
+    out = agent.prune(int(keep), make_holder(None), dry_run=dry_run, break_lock=takeover)
+    return PruneResult(host=name, pruned=out.get("pruned", []), kept=out.get("kept", []),
+                       dry_run=bool(out.get("dry_run")))
 
 
 def _record_summary(d: dict[str, Any] | None) -> dict[str, Any] | None:

@@ -33,6 +33,8 @@ Operations (``args`` keys; every op takes ``site_packages`` and optional ``state
   equals its recorded pre-deploy hash, record it, release the lock. Refuses a deployment that is not
   the latest active one (``not_latest``).
 * ``unlock``   {holder, break_lock}: release the lock (ours, or any with break_lock).
+* ``prune``    {keep, holder, dry_run, break_lock}: delete the backups of rolled-back deployments
+  but the ``keep`` newest (records stay, marked ``backups_pruned``); active ones are never touched.
 * ``history``  {}: all deployment records, oldest first.
 * ``compile``  {paths}: ``py_compile`` each file (bytecode into a temp dir, never ``__pycache__``).
 * ``backup_tar`` {deployment_id}: writes a tar of ``backups/<id>/`` to stdout (binary).
@@ -56,6 +58,7 @@ import json
 import os
 import py_compile
 import re
+import shutil
 import socket
 import stat
 import sys
@@ -900,9 +903,57 @@ def op_backup_tar(a):
     return None
 
 
+def _tree_bytes(path):
+    total = 0
+    for dirpath, _dirs, names in os.walk(path):
+        for n in names:
+            try:
+                total += os.lstat(os.path.join(dirpath, n)).st_size
+            except OSError:
+                pass
+    return total
+
+
+def op_prune(a):
+    """Delete the backups of rolled-back deployments but the ``keep`` newest; records stay (history),
+    marked ``backups_pruned``. Active deployments' backups are never touched (rollback needs them)."""
+    h = HostState(a)
+    holder = a.get("holder")
+    keep = a.get("keep", 3)
+    if not isinstance(keep, int) or isinstance(keep, bool) or keep < 0:
+        raise Fail("bad_args", "keep must be a whole number >= 0, got %r" % (keep,))
+    j = h.journal()
+    if j is not None:
+        raise Fail("journal_pending", "deployment %s is pending (phase %s); deal with it first"
+                   % (j.get("id"), j.get("phase")), journal=j)
+    dry = bool(a.get("dry_run"))
+    if not dry:
+        h.acquire(holder, bool(a.get("break_lock")))
+    try:
+        done = [r for r in h.records() if r.get("phase") == "rolled_back"]
+        pruned = []
+        for r in done[:max(len(done) - keep, 0)]:
+            did = check_id(r.get("id"))
+            dirs = [d for d in (os.path.join(h.backups_dir, did), os.path.join(h.backups_dir, did + ".drifted"))
+                    if os.path.isdir(d)]
+            if not dirs:
+                continue
+            size = sum(_tree_bytes(d) for d in dirs)
+            if not dry:
+                r["backups_pruned"] = now()
+                write_json(h.record_path(did), r)   # said first: a crash after it leaves no false record
+                for d in dirs:
+                    shutil.rmtree(d)
+            pruned.append({"id": did, "bytes": size, "dirs": dirs})
+    finally:
+        if not dry:
+            h.release(holder, force=True)
+    return {"pruned": pruned, "kept": [r.get("id") for r in done[max(len(done) - keep, 0):]], "dry_run": dry}
+
+
 OPS = {"inspect": op_inspect, "push": op_push, "resume": op_resume, "finish": op_finish,
        "rollback": op_rollback, "unlock": op_unlock, "history": op_history, "compile": op_compile,
-       "backup_tar": op_backup_tar}
+       "backup_tar": op_backup_tar, "prune": op_prune}
 
 
 def main(argv):

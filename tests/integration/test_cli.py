@@ -894,3 +894,23 @@ def test_status_expect_turns_the_state_into_the_exit_code(capsys, tmp_path, sglp
     code, _, err = run_cli(capsys, *h, "--expect", "bogus")
     assert code == 2 and "pristine" in err and "patched" in err  # the choices are listed
     assert run_json(capsys, "--hosts", str(hosts), "rollback", "--host", "here")[0] == 0
+
+
+def test_prune_frees_the_backups_of_rolled_back_deployments(capsys, tmp_path, sglpatch_home, local_target):
+    from sglang_patcher.inventory import Host
+
+    hosts = write_hosts(tmp_path / "hosts.yaml", Host(name="here", transport="local", python=str(local_target)))
+    h = ["--hosts", str(hosts)]
+    for _ in range(2):
+        assert run_json(capsys, *h, "apply", "ddtree", "--host", "here", "--yes")[0] == 0
+        assert run_json(capsys, *h, "rollback", "--host", "here")[0] == 0
+    code, out, _ = run_cli(capsys, *h, "prune", "--host", "here", "--keep", "1", "--dry-run")
+    out = " ".join(out.split())
+    assert code == 0 and "would free" in out and "the backups of 1 rolled-back deployment(s)" in out, out
+    code, data, _ = run_json(capsys, *h, "prune", "--host", "here", "--keep", "1")
+    assert code == 0 and len(data["pruned"]) == 1 and data["freed_bytes"] > 0 and not data["dry_run"], data
+    assert not any(os.path.exists(d) for d in data["pruned"][0]["dirs"])
+    code, out, _ = run_cli(capsys, *h, "prune", "--host", "here", "--keep", "1")
+    assert code == 0 and "no backups to prune" in out
+    code, _, err = run_cli(capsys, *h, "prune", "--host", "here", "--keep", "-1")
+    assert code == 2 and "--keep" in err

@@ -432,3 +432,55 @@ def test_an_interrupted_rollback_is_finished_by_the_next_run(env, monkeypatch, t
     st = host_status(env.t, env.host, env.info, env.ps)
     assert st.lock is None and st.journal is None
     assert not [p for p in env.sp.rglob("*") if ".sglpatch-" in p.name]
+
+
+def test_prune_deletes_only_rolled_back_backups_beyond_keep(env):
+    """Three deployments rolled back and one active: prune --keep 1 deletes the backups of the two
+    oldest rolled-back ones (their records stay, marked), keeps the newest rolled-back one's and
+    never touches the active one's; a dry run deletes nothing; the active one still rolls back."""
+    from sglang_patcher.deploy import prune_host
+
+    backups = env.sp / ".sglpatch/backups"
+    done = []
+    for _ in range(3):
+        did = apply(env).deployment_id
+        rollback_host(env.t, env.host, env.info, home=env.home)
+        done.append(did)
+    active = apply(env).deployment_id
+    assert all((backups / d).is_dir() for d in done + [active])
+    dry = prune_host(env.t, env.host, env.info, keep=1, dry_run=True)
+    assert dry.dry_run and [p["id"] for p in dry.pruned] == done[:2] and dry.freed_bytes > 0
+    assert all((backups / d).is_dir() for d in done + [active])  # nothing deleted
+    res = prune_host(env.t, env.host, env.info, keep=1)
+    assert [p["id"] for p in res.pruned] == done[:2] and res.kept == [done[2]]
+    assert res.freed_bytes == dry.freed_bytes
+    assert not (backups / done[0]).exists() and not (backups / done[1]).exists()
+    assert (backups / done[2]).is_dir() and (backups / active).is_dir()
+    for d in done[:2]:
+        assert json.loads((env.sp / ".sglpatch/deployments" / f"{d}.json").read_text())["backups_pruned"]
+    assert prune_host(env.t, env.host, env.info, keep=1).pruned == []  # again: nothing left to prune
+    st = host_status(env.t, env.host, env.info, env.ps)
+    assert st.overall == "patched" and st.lock is None and st.bad_backups == {}
+    rollback_host(env.t, env.host, env.info, home=env.home)
+    assert_release(env)
+    assert [p["id"] for p in prune_host(env.t, env.host, env.info, keep=0).pruned] == [done[2], active]
+    with pytest.raises(ValueError):
+        prune_host(env.t, env.host, env.info, keep=-1)
+
+
+def test_prune_refuses_a_pending_deployment(env, monkeypatch):
+    from sglang_patcher.deploy import prune_host
+    from sglang_patcher.errors import SglpatchError
+
+    monkeypatch.setenv("SGLPATCH_AGENT_CRASH", "pushed:0")
+    with pytest.raises(Exception):
+        apply(env)
+    monkeypatch.delenv("SGLPATCH_AGENT_CRASH")
+    lock = env.sp / ".sglpatch/lock"
+    holder = json.loads(lock.read_text())
+    holder["pid"] = 2 ** 22 + 12345  # the crashed run's process is gone
+    lock.write_text(json.dumps(holder))
+    with pytest.raises(SglpatchError) as ei:
+        prune_host(env.t, env.host, env.info, keep=0)
+    assert "pending" in ei.value.message, ei.value.message
+    assert (env.sp / ".sglpatch/journal.json").exists()
