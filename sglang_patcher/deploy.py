@@ -833,8 +833,9 @@ class PruneResult:
 
 
 def prune_host(transport: Transport, host: Any, info: Any, *, keep: int = 3, dry_run: bool = False,
-               break_lock: bool = False) -> PruneResult:
-    """Delete, on the host, the backups of its rolled-back deployments but the ``keep`` newest.
+               break_lock: bool = False, home: Path | None = None) -> PruneResult:
+    """Delete, on the host, the backups of its rolled-back deployments but the ``keep`` newest,
+    and the local copies of those backups (``home``/backups/<host>/<id>).
 
     A rolled-back deployment's backups are never read again by a rollback; its record stays (the
     host's history), marked ``backups_pruned``. Active deployments are never touched. Takes the
@@ -849,6 +850,13 @@ def prune_host(transport: Transport, host: Any, info: Any, *, keep: int = 3, dry
     check_host_records(name, hist)
     takeover = False if dry_run else _lock_takeover(name, hist.get("lock"), break_lock, "cannot prune")
     out = agent.prune(int(keep), make_holder(None), dry_run=dry_run, break_lock=takeover)
+    for p in out.get("pruned", []):  # the local copies of the same originals
+        local = _local_paths(home or sglpatch_home(), name, str(p["id"]))[1]
+        if local.is_dir():
+            p["local"] = str(local)
+            if not dry_run:
+                import shutil
+                shutil.rmtree(local)
     return PruneResult(host=name, pruned=out.get("pruned", []), kept=out.get("kept", []),
                        dry_run=bool(out.get("dry_run")))
 

@@ -387,11 +387,13 @@ def rollback(host: Host, *, deployment: str | None = None, break_lock: bool = Fa
                                     force=force, home=home, progress=_progress(log))
 
 
-def prune(host: Host, *, keep: int = 3, dry_run: bool = False, break_lock: bool = False) -> deploy.PruneResult:
-    """Delete ``host``'s backups of rolled-back deployments but the ``keep`` newest
-    (:func:`sglang_patcher.deploy.prune_host`)."""
+def prune(host: Host, *, keep: int = 3, dry_run: bool = False, break_lock: bool = False,
+          home: Path | None = None) -> deploy.PruneResult:
+    """Delete ``host``'s backups of rolled-back deployments but the ``keep`` newest, and their local
+    copies (:func:`sglang_patcher.deploy.prune_host`)."""
     with _session(host) as (transport, info):
-        return deploy.prune_host(transport, host, info, keep=keep, dry_run=dry_run, break_lock=break_lock)
+        return deploy.prune_host(transport, host, info, keep=keep, dry_run=dry_run, break_lock=break_lock,
+                                 home=home)
 
 
 def latest_deployment_host(home: Path | None = None) -> str:

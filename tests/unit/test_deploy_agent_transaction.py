@@ -451,8 +451,11 @@ def test_prune_deletes_only_rolled_back_backups_beyond_keep(env):
     dry = prune_host(env.t, env.host, env.info, keep=1, dry_run=True)
     assert dry.dry_run and [p["id"] for p in dry.pruned] == done[:2] and dry.freed_bytes > 0
     assert all((backups / d).is_dir() for d in done + [active])  # nothing deleted
-    res = prune_host(env.t, env.host, env.info, keep=1)
+    local = env.home / "backups" / env.host.name
+    assert all((local / d).is_dir() for d in done)
+    res = prune_host(env.t, env.host, env.info, keep=1, home=env.home)
     assert [p["id"] for p in res.pruned] == done[:2] and res.kept == [done[2]]
+    assert [(local / d).is_dir() for d in done] == [False, False, True]  # the local copies go too
     assert res.freed_bytes == dry.freed_bytes
     assert not (backups / done[0]).exists() and not (backups / done[1]).exists()
     assert (backups / done[2]).is_dir() and (backups / active).is_dir()
