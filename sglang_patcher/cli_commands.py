@@ -207,7 +207,9 @@ def patchset_tree_cmd(app: AppContext, version: str) -> None:
 @click.option("--sglang", "version", required=True, metavar="VERSION")
 @click.option("--tree", type=click.Path(exists=True, file_okay=False, path_type=Path), metavar="DIR",
               help="read the pristine files from this site-packages-like directory instead of the PyPI wheel")
+@click.option("--unverified", is_flag=True,
+              help="with --tree: take a tree without sglang-*.dist-info/RECORD (e.g. a source checkout) unchecked")
 @pass_app
-def patchset_refresh_cmd(app: AppContext, patchset: str, version: str, tree: Path | None) -> None:
+def patchset_refresh_cmd(app: AppContext, patchset: str, version: str, tree: Path | None, unverified: bool) -> None:
     """Recompute the pristine/expected hashes of PATCHSET for VERSION (from its PyPI wheel, or --tree)."""
-    app.result(service.refresh_patchset(patchset, version, tree=tree, log=app.say))
+    app.result(service.refresh_patchset(patchset, version, tree=tree, unverified=unverified, log=app.say))

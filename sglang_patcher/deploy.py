@@ -110,7 +110,17 @@ def holder_is_stale(h: dict[str, Any] | None) -> bool:
         return True
     except PermissionError:
         return False
-    return False
+    return _is_zombie(pid)  # killed, not yet reaped by its parent: it holds nothing any more
+
+
+def _is_zombie(pid: int) -> bool:
+    """True when ``pid`` has exited but is not reaped (state Z in /proc; False where there is none)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat_line = f.read()
+    except OSError:
+        return False
+    return stat_line[stat_line.rfind(b")") + 2:][:1] == b"Z"
 
 
 def payload_tar(contents: dict[str, bytes]) -> bytes:

@@ -296,7 +296,9 @@ class Patchset:
             raise PatchsetError(
                 f"patchset {self.name} r{self.revision}: {what}",
                 hint="apply to an unmodified release tree (roll back local edits, or use the PyPI wheel: "
-                     f"sglpatch diff {self.name} --sglang {version})")
+                     f"sglpatch diff {self.name} --sglang {version}); if that one is refused too, the "
+                     f"patchset's pins are wrong: `sglpatch patchset refresh {self.root} --sglang {version}` "
+                     f"re-pins them from the wheel")
 
     def _check_expected(self, version: str, t: Target, result: ApplyResult) -> None:
         problems = []

@@ -313,7 +313,7 @@ def diff_patchset(name: str, *, host: Host | None = None, version: str | None = 
         from .wheelcache import pristine_tree
 
         log(f"pristine tree: sglang=={version} from the PyPI wheel (downloaded once, then cached)")
-        tree = pristine_tree(version, home=home)
+        tree = pristine_tree(version, home=home, log=log)
         return DiffReport(ps, version, f"wheel sglang=={version}", ps.render(version, tree.read))
     with _session(host) as (transport, info):
         version = str(info.sglang_version)
@@ -443,13 +443,15 @@ class RefreshReport:
                      *(Text(f"  {m}", style="yellow") for m in merged))
 
 
-def _release_tree_reader(base: Path, version: str, log: Log) -> Callable[[str], bytes | None]:
+def _release_tree_reader(base: Path, version: str, log: Log, *, unverified: bool = False,
+                         supported: list[str] | None = None) -> Callable[[str], bytes | None]:
     """A reader of the release files under ``base`` (a site-packages-like directory) for refresh.
 
     Where ``base`` holds ``sglang-<v>.dist-info`` (an install or an unpacked wheel), its version
     must be ``version`` and every file read must match its RECORD: a patched or hand-edited install
     is refused (its hashes would be pinned as "pristine"). Without dist-info (a source checkout)
-    the files are taken as they are, with a warning. Raises ConfigError naming the directory."""
+    nothing can check the files: refused unless ``unverified``. ``supported``: the patchset's
+    releases, for the hint. Raises ConfigError naming the directory."""
     import hashlib
 
     from .manifest import read_record
@@ -462,16 +464,24 @@ def _release_tree_reader(base: Path, version: str, log: Log) -> Callable[[str], 
     if infos:
         found = infos[-1].name[len("sglang-"):-len(".dist-info")]
         if len(infos) > 1 or found != version:
+            other = (f", or --sglang {found}" if len(infos) == 1 and found in (supported or [found]) else
+                     f" (the patchset has no target {found}: add one to patchset.yaml first)" if len(infos) == 1
+                     else "")
             raise ConfigError(f"{base}: holds {', '.join(i.name for i in infos)}, not sglang {version}",
-                              hint=f"give the site-packages of sglang {version}, or --sglang {found}")
+                              hint=f"give the site-packages of sglang {version}{other}")
         try:
             record = read_record((infos[-1] / "RECORD").read_text(encoding="utf-8"))
         except OSError as exc:
             raise ConfigError(f"{infos[-1]}: cannot read RECORD ({exc.strerror or exc})",
                               hint="give an intact install or unpacked wheel") from exc
         log(f"pristine tree: {base} (sglang {version}, each file checked against its RECORD)")
+    elif not unverified:
+        raise ConfigError(f"{base}: no sglang-*.dist-info/RECORD to check its files against, so nothing shows "
+                          f"they are the sglang {version} release's (an edited file would be pinned as pristine)",
+                          hint="give an install or an unpacked wheel of that release, or pass --unverified if "
+                               "these files are the release's as published (e.g. a source checkout of its tag)")
     else:
-        log(f"pristine tree: {base} (no sglang-*.dist-info: taken as sglang=={version} unchecked)")
+        log(f"pristine tree: {base} (no sglang-*.dist-info: taken as sglang=={version} unchecked, --unverified)")
 
     def read(p: str) -> bytes | None:
         f = base / p
@@ -489,13 +499,14 @@ def _release_tree_reader(base: Path, version: str, log: Log) -> Callable[[str], 
     return read
 
 
-def refresh_patchset(name: str, version: str, *, tree: Path | None = None, home: Path | None = None,
-                     log: Log = _quiet) -> RefreshReport:
+def refresh_patchset(name: str, version: str, *, tree: Path | None = None, unverified: bool = False,
+                     home: Path | None = None, log: Log = _quiet) -> RefreshReport:
     """Recompute and rewrite ``pristine``/``expected`` of ``name`` for ``version``.
 
     The pristine files come from the PyPI wheel of ``version`` (downloaded once, then cached) or,
     with ``tree``, from that site-packages-like directory (the one holding ``sglang/``: a release
-    not on PyPI, or an unpacked wheel). Raises UnsupportedVersionError (before any download) when
+    not on PyPI, or an unpacked wheel), checked against its RECORD (``unverified``: a tree without
+    one is taken as it is). Raises UnsupportedVersionError (before any download) when
     ``name`` has no target ``version``, ConfigError when ``tree`` holds no ``sglang/`` package,
     ApplyError when the series no longer applies to that release."""
     from .patchset import refresh_hashes
@@ -504,9 +515,9 @@ def refresh_patchset(name: str, version: str, *, tree: Path | None = None, home:
     ps = load_patchset(name)
     ps.target(version)  # an unsupported version fails before any download (as diff does)
     if tree is not None:
-        read = _release_tree_reader(Path(tree), version, log)
+        read = _release_tree_reader(Path(tree), version, log, unverified=unverified, supported=ps.versions)
     else:
         log(f"pristine tree: sglang=={version} from the PyPI wheel (downloaded once, then cached)")
-        read = pristine_tree(version, home=home).read
+        read = pristine_tree(version, home=home, log=log).read
     hashes = refresh_hashes(ps.root, version, read)
     return RefreshReport(ps.name, version, hashes)

@@ -133,12 +133,17 @@ def pristine_tree(version: str, home: Path | None = None, *, verify: bool = Fals
     wheels = wheels_dir(home)
     final = wheels / f"sglang-{safe_component(version)}"
     if (final / "manifest.json").is_file():
-        tree = _open(final, version)
-        bad = ["tree/"] if not tree.tree.is_dir() else (tree.verify() if verify else [])
-        if not bad:
-            return tree
-        log(f"{final}: {len(bad)} cached file(s) missing or modified ({', '.join(bad[:3])}"
-            f"{', …' if len(bad) > 3 else ''}): rebuilding it from the wheel")
+        try:
+            tree = _open(final, version)
+        except (StateError, PatchsetError) as exc:  # an unreadable or foreign manifest: the cache is ours
+            log(f"{final}: its manifest is damaged ({exc.message}): rebuilding it from the wheel")
+            bad = ["manifest.json"]
+        else:
+            bad = ["tree/"] if not tree.tree.is_dir() else (tree.verify() if verify else [])
+            if not bad:
+                return tree
+            log(f"{final}: {len(bad)} cached file(s) missing or modified ({', '.join(bad[:3])}"
+                f"{', …' if len(bad) > 3 else ''}): rebuilding it from the wheel")
         shutil.rmtree(final)
     wheels.mkdir(parents=True, exist_ok=True)
     _clean_stale(wheels)

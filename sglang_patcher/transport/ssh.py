@@ -135,8 +135,9 @@ class SSHTransport:
             return
         where = self.host.address
         key = self.host.identity_file
-        if key and not os.access(key, os.R_OK):  # paramiko would try the agent and default keys instead
-            why = "is not readable by this user" if os.path.exists(key) else "does not exist"
+        if key and (os.path.isdir(key) or not os.access(key, os.R_OK)):  # paramiko would try other keys
+            why = ("is a directory, not a key file" if os.path.isdir(key) else
+                   "is not readable by this user" if os.path.exists(key) else "does not exist")
             raise TransportError(f"{self.name}: identity_file {key} {why}",
                                  hint=f"fix identity_file of host {self.name} in hosts.yaml (a private key "
                                       f"file on this machine), or remove it to use your ssh agent")
@@ -186,6 +187,12 @@ class SSHTransport:
                                      hint=f"set identity_file of host {self.name} in hosts.yaml, or load "
                                           "the key with ssh-add") from exc
             hint = None
+            if key and ("private key" in text or "not a valid" in text):
+                raise TransportError(f"{self.name}: identity_file {key} is not a private key this client can read "
+                                     f"({text})",
+                                     hint=f"name the private key (not the .pub beside it) in identity_file of host "
+                                          f"{self.name} in hosts.yaml; a passphrase-protected key goes in ssh-agent "
+                                          "instead (ssh-add)") from exc
             if "protocol banner" in text:
                 hint = ("something answered on that port but not as an SSH server, or too slowly: check "
                         "hostname/port in hosts.yaml (and any firewall in between)")

@@ -103,6 +103,11 @@ def test_a_modified_cache_is_never_read_as_pristine_and_verify_rebuilds_it(tmp_p
     shutil.rmtree(t.tree)
     t = pristine_tree(V, home=home)
     assert t.read("sglang/__init__.py") == FILES["sglang/__init__.py"] and t.verify() == []
+    for junk in ("{}", "not json at all"):  # a damaged manifest: rebuilt too, never an error to the user
+        (t.root / "manifest.json").write_text(junk)
+        said.clear()
+        t = pristine_tree(V, home=home, log=said.append)
+        assert t.verify() == [] and "manifest is damaged" in said[0], said
 
 
 def test_directory_without_manifest_is_rebuilt(tmp_path):

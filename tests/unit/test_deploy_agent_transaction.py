@@ -487,3 +487,31 @@ def test_prune_refuses_a_pending_deployment(env, monkeypatch):
         prune_host(env.t, env.host, env.info, keep=0)
     assert "pending" in ei.value.message, ei.value.message
     assert (env.sp / ".sglpatch/journal.json").exists()
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc"), reason="needs /proc")
+def test_a_lock_holder_that_exited_unreaped_is_stale_and_a_running_one_is_not():
+    """A killed sglpatch whose parent has not reaped it yet (a zombie) holds nothing: its lock is
+    taken over like a dead process's; a running process's lock is not."""
+    import socket
+    import subprocess
+    import time
+
+    from sglang_patcher.deploy import holder_is_stale
+
+    here = socket.gethostname()
+    alive = subprocess.Popen(["sleep", "30"])
+    done = subprocess.Popen(["true"])
+    try:
+        for _ in range(200):  # until `true` has exited (a zombie: not waited for yet)
+            with open(f"/proc/{done.pid}/stat", "rb") as f:
+                if f.read().rsplit(b")", 1)[1][1:2] == b"Z":
+                    break
+            time.sleep(0.01)
+        assert holder_is_stale({"host": here, "pid": done.pid})
+        assert not holder_is_stale({"host": here, "pid": alive.pid})
+        assert not holder_is_stale({"host": "elsewhere.example", "pid": done.pid})
+    finally:
+        alive.kill()
+        alive.wait()
+        done.wait()

@@ -310,13 +310,20 @@ def test_refresh_inserts_missing_keys(tmp_path):
 
 
 def test_refresh_cli_with_a_tree_directory(tmp_path, capsys):
+    """A tree without dist-info (a source checkout): nothing can check its files, so refresh
+    refuses it (patchset.yaml untouched) unless --unverified says they are the release's."""
     from sglang_patcher.cli import main
     root = make_patchset(tmp_path, hashes=False)
+    before = (root / "patchset.yaml").read_bytes()
     tree = tmp_path / "tree"
     for p, b in RELEASE.items():
         (tree / p).parent.mkdir(parents=True, exist_ok=True)
         (tree / p).write_bytes(b)
-    assert main(["--json", "patchset", "refresh", str(root), "--sglang", V, "--tree", str(tree)]) == 0
+    assert main(["patchset", "refresh", str(root), "--sglang", V, "--tree", str(tree)]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "no sglang-*.dist-info/RECORD" in err and "--unverified" in err, err
+    assert (root / "patchset.yaml").read_bytes() == before
+    assert main(["--json", "patchset", "refresh", str(root), "--sglang", V, "--tree", str(tree), "--unverified"]) == 0
     report = json.loads(capsys.readouterr().out)
     assert len(report["expected"]) == 3 and report["sglang_version"] == V
     load_patchset(root).render(V, read_release)
@@ -361,6 +368,7 @@ def test_refresh_tree_is_checked_against_its_record(tmp_path, capsys):
         code = main(["patchset", "refresh", str(root), "--sglang", V, "--tree", str(tree)])
         err = " ".join(capsys.readouterr().err.split())
         assert code == 2 and str(tree) in err and said in err, err
+        assert "--sglang 0.5.22" not in err  # the patchset has no such target: not a way out
         assert (root / "patchset.yaml").read_bytes() == before
     good = _site_packages(tmp_path / "good", RELEASE)
     assert main(["patchset", "refresh", str(root), "--sglang", V, "--tree", str(good)]) == 0
@@ -374,10 +382,7 @@ def test_refresh_names_the_changes_a_release_already_carries(tmp_path, capsys):
     from sglang_patcher.cli import main
     root = make_patchset(tmp_path, hashes=False)
     merged = {SPEC: RELEASE[SPEC], ARGS: PATCHED[ARGS], NEW: MODULE}
-    tree = tmp_path / "tree"
-    for p, b in merged.items():
-        (tree / p).parent.mkdir(parents=True, exist_ok=True)
-        (tree / p).write_bytes(b)
+    tree = _site_packages(tmp_path / "tree", merged)  # a release whose RECORD lists the merged bytes
     maps = refresh_hashes(root, V, merged.get)
     assert maps["already_applied"] == [f"demo r1 sglang-{V}/0002-args.patch: {ARGS} hunk 1 @@ -18,6 +18,7 @@",
                                        f"demo r1 modules/ddtree_x.py: {NEW} (new file from modules/ddtree_x.py)"]
