@@ -1377,8 +1377,13 @@ def _missing_backups_hint(home: Path, host: str, deployment_id: str, backups: di
     bdir = _local_paths(home, host, deployment_id)[1]
     have = {rel: bdir / rel for rel in backups if (bdir / rel).is_file()}
     lines = [f"copy {have[rel]} to {'' if local else host + ':'}{backups[rel]}" for rel in sorted(have)]
+    roots = {backups[rel][:-len(rel)].rstrip("/") for rel in have if backups[rel].endswith("/" + rel)}
+    if len(have) > 2 and len(roots) == 1 and all(backups[rel].endswith("/" + rel) for rel in have):
+        dest = roots.pop()  # the host's backups/<id>/ directory: one copy of the whole tree
+        lines = [f"copy the files under {bdir}/ into {'' if local else host + ':'}{dest}/, keeping their paths"
+                 + (f" (cp -r {bdir}/. {dest}/)" if local else f" (scp -r {bdir}/. {host}:{dest}/)")]
     lost = sorted(set(backups) - set(have))
-    how = "" if local else " (e.g. with scp)"
+    how = "" if local or len(lines) == 1 and "scp -r" in lines[0] else " (e.g. with scp)"
     text = ("; ".join(lines) + how + ", then rerun `sglpatch rollback --host " + host + "`") if lines else ""
     if lost:
         text += ("; " if text else "") + (f"no local copy of {', '.join(lost)} either: reinstall the SGLang release "

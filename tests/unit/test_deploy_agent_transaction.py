@@ -405,6 +405,17 @@ def test_missing_backups_hint_copies_locally_or_by_scp(tmp_path):
     assert f"copy {keep} to gpu-1:/site/.sglpatch/backups/d1/a.py (e.g. with scp)" in remote
     assert f"copy {keep} to /site/.sglpatch/backups/d1/a.py, then rerun" in local and "scp" not in local
     assert "no local copy of b.py either" in remote and "no local copy of b.py either" in local
+    # many files with local copies: one directory copy, not a command per file
+    many = {f"sglang/m{i}.py": f"/site/.sglpatch/backups/d2/sglang/m{i}.py" for i in range(11)}
+    for rel in many:
+        f = tmp_path / "backups" / "gpu-1" / "d2" / rel
+        f.parent.mkdir(parents=True, exist_ok=True)
+        f.write_text("x")
+    d2 = tmp_path / "backups" / "gpu-1" / "d2"
+    remote = _missing_backups_hint(tmp_path, "gpu-1", "d2", many)
+    local = _missing_backups_hint(tmp_path, "gpu-1", "d2", many, local=True)
+    assert remote.count("copy") == 1 and f"scp -r {d2}/. gpu-1:/site/.sglpatch/backups/d2/" in remote, remote
+    assert local.count("copy") == 1 and f"cp -r {d2}/. /site/.sglpatch/backups/d2/" in local, local
 
 
 @pytest.mark.parametrize("then", ["rollback", "apply"])
