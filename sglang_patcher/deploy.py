@@ -491,10 +491,13 @@ class _HostBackups:
         want = self.hashes.get(path)
         for rec in self.deployments:
             f = rec.get("files", {}).get(path)
-            if not f or f.get("before") != want:
+            if not f or f.get("before") != want or rec.get("backups_pruned"):
                 continue
             if rec["id"] not in self._fetched:
-                self._fetched[rec["id"]] = self.agent.backup_tar(rec["id"])
+                try:
+                    self._fetched[rec["id"]] = self.agent.backup_tar(rec["id"])
+                except StateError:  # gone or unreadable on the host: the next source is asked
+                    self._fetched[rec["id"]] = {}
             data = self._fetched[rec["id"]].get(path)
             if data is not None:
                 return data

@@ -482,6 +482,25 @@ def test_prune_deletes_only_rolled_back_backups_beyond_keep(env):
         prune_host(env.t, env.host, env.info, keep=-1)
 
 
+def test_host_backups_reader_skips_pruned_and_missing_backups(env):
+    """After a prune, a pristine read that reaches the host's backups passes over the pruned
+    deployment (and one whose backups vanished) to one that still has them; never an error."""
+    from sglang_patcher.deploy import _agent_for, _HostBackups, prune_host
+
+    first = apply(env).deployment_id
+    rollback_host(env.t, env.host, env.info, home=env.home)
+    second = apply(env).deployment_id
+    assert [p["id"] for p in prune_host(env.t, env.host, env.info, keep=0, home=env.home).pruned] == [first]
+    records = {d["id"]: d for d in host_status(env.t, env.host, env.info).deployments}
+    assert records[first]["backups_pruned"]
+    agent = _agent_for(env.t, env.host, env.info)
+    want = {SPEC: sha(RELEASE[SPEC])}
+    assert _HostBackups(agent, [records[first], records[second]], want)(SPEC) == RELEASE[SPEC]
+    vanished = {**records[first], "backups_pruned": None}  # a record that does not say so: backup_tar fails
+    assert _HostBackups(agent, [vanished, records[second]], want)(SPEC) == RELEASE[SPEC]
+    assert _HostBackups(agent, [vanished], want)(SPEC) is None
+
+
 def test_prune_refuses_a_pending_deployment(env, monkeypatch):
     from sglang_patcher.deploy import prune_host
     from sglang_patcher.errors import SglpatchError
