@@ -137,6 +137,16 @@ class Checks(_Model):
         return None if v is None else _check_rel(v, "check script")
 
 
+def _same_release(a: str, b: str) -> bool:
+    """Whether two version strings name one release under PEP 440 (0.5.23 = 0.5.23.0 = v0.5.23)."""
+    from packaging.version import InvalidVersion, Version
+
+    try:
+        return Version(a) == Version(b)
+    except InvalidVersion:
+        return False
+
+
 class PatchsetSpec(_Model):
     """The content of ``patchset.yaml`` (see the module docstring)."""
 
@@ -207,10 +217,12 @@ class Patchset:
         try:
             return self.spec.targets[version]
         except KeyError:
+            same = [v for v in self.versions if _same_release(v, version)]
             raise UnsupportedVersionError(
                 f"patchset {self.name} r{self.revision} does not support sglang {version}; "
                 f"supported: {', '.join(self.versions)}",
-                hint="install a supported SGLang release, or port the patchset (a reviewed step)") from None
+                hint=(f"{version!r} names release {same[0]}: write it as {same[0]}" if same else
+                      "install a supported SGLang release, or port the patchset (a reviewed step)")) from None
 
     def series(self, version: str) -> list[tuple[str, str]]:
         """``(source label, patch text)`` of the target's series, in order. Label: ``<name> r<N> <file>``."""

@@ -166,8 +166,13 @@ def test_unsupported_version_lists_supported(tmp_path):
     with pytest.raises(UnsupportedVersionError) as exc:
         ps.target("0.5.22")
     assert "0.5.22" in str(exc.value) and "supported: 0.5.23" in str(exc.value)
+    assert "port the patchset" in exc.value.hint
     with pytest.raises(UnsupportedVersionError):
         ps.render("0.4.0", read_release)
+    for spelt in ("0.5.23.0", "v0.5.23"):  # the same release written otherwise: say how to write it
+        with pytest.raises(UnsupportedVersionError) as exc:
+            ps.target(spelt)
+        assert exc.value.hint == f"{spelt!r} names release 0.5.23: write it as 0.5.23"
 
 
 # --------------------------------------------------------------------------------------- render
