@@ -39,6 +39,7 @@ import hashlib
 import io
 import json
 import os
+import shutil
 import socket
 import tarfile
 import time
@@ -868,7 +869,6 @@ def prune_host(transport: Transport, host: Any, info: Any, *, keep: int = 3, dry
         if local.is_dir():
             p["local"] = str(local)
             if not dry_run:
-                import shutil
                 shutil.rmtree(local)
     return PruneResult(host=name, pruned=out.get("pruned", []), kept=out.get("kept", []),
                        dry_run=bool(out.get("dry_run")))
@@ -988,8 +988,8 @@ def plan_apply(transport: Transport, host: Any, info: Any, patchset: Any, *, pri
     ``pristine``: a reader of pristine bytes (a Mirror, or ``read(path) -> bytes | None``); the
     wheel cache, local backups and the host's backups are the fallbacks. ``inspect``: a fresh
     agent ``inspect`` answer to reuse (else one round trip). Raises UnsupportedVersionError,
-    DeployError (the host carries a newer revision: a downgrade is a rollback), StateError (no pristine copy), ApplyError/PatchsetError (the series does not apply),
-    PatchsetError (the rendered bytes do not match the patchset's expected sha256).
+    DeployError (the host carries a newer revision: a downgrade is a rollback), StateError (no
+    pristine copy), ApplyError/PatchsetError (the series does not apply), PatchsetError (the rendered bytes do not match the patchset's expected sha256).
     """
     home = home or sglpatch_home()
     name = _host_name(host, transport)
@@ -1379,14 +1379,18 @@ def _missing_backups_hint(home: Path, host: str, deployment_id: str, backups: di
     (``local``: the host is this machine, so a plain copy, not scp)."""
     bdir = _local_paths(home, host, deployment_id)[1]
     have = {rel: bdir / rel for rel in backups if (bdir / rel).is_file()}
-    lines = [f"copy {have[rel]} to {'' if local else host + ':'}{backups[rel]}" for rel in sorted(have)]
-    roots = {backups[rel][:-len(rel)].rstrip("/") for rel in have if backups[rel].endswith("/" + rel)}
-    if len(have) > 2 and len(roots) == 1 and all(backups[rel].endswith("/" + rel) for rel in have):
-        dest = roots.pop()  # the host's backups/<id>/ directory: one copy of the whole tree
-        lines = [f"copy the files under {bdir}/ into {'' if local else host + ':'}{dest}/, keeping their paths"
-                 + (f" (cp -r {bdir}/. {dest}/)" if local else f" (scp -r {bdir}/. {host}:{dest}/)")]
+    to = "" if local else host + ":"
+    # the host's backups/<id>/ directory each backup lies in (None: a path not ending in its rel)
+    roots = {backups[rel][:-len(rel) - 1] if backups[rel].endswith("/" + rel) else None for rel in have}
+    whole = len(have) > 2 and len(roots) == 1 and None not in roots  # one copy of the whole tree
+    if whole:
+        dest = roots.pop()
+        lines = [f"copy the files under {bdir}/ into {to}{dest}/, keeping their paths"
+                 f" ({'cp' if local else 'scp'} -r {bdir}/. {to}{dest}/)"]
+    else:
+        lines = [f"copy {have[rel]} to {to}{backups[rel]}" for rel in sorted(have)]
     lost = sorted(set(backups) - set(have))
-    how = "" if local or len(lines) == 1 and "scp -r" in lines[0] else " (e.g. with scp)"
+    how = "" if local or whole else " (e.g. with scp)"
     text = ("; ".join(lines) + how + ", then rerun `sglpatch rollback --host " + host + "`") if lines else ""
     if lost:
         text += ("; " if text else "") + (f"no local copy of {', '.join(lost)} either: reinstall the SGLang release "

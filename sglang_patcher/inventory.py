@@ -305,11 +305,14 @@ def _describe(err: dict[str, Any], root: yaml.Node | None) -> str:
     return f"{prefix}{where}: {msg}"
 
 
+def _top_level(loc: tuple) -> bool:
+    """Whether a validation error's ``loc`` is a key of the file's top level (not of a host)."""
+    return len(tuple(p for p in loc if p != "path")) == 1
+
+
 def _known_fields(loc: tuple) -> list[str]:
     """The keys allowed where ``loc`` points: the top level's, or a host's."""
-    if len(tuple(p for p in loc if p != "path")) == 1:
-        return ["hosts"]
-    return [f for f in Host.model_fields if f != "name"]
+    return ["hosts"] if _top_level(loc) else [f for f in Host.model_fields if f != "name"]
 
 
 def _fix(err: dict[str, Any]) -> str:
@@ -319,7 +322,7 @@ def _fix(err: dict[str, Any]) -> str:
         return ("set `python:` to the absolute path of the host's interpreter that has sglang, "
                 "e.g. /opt/venvs/sglang/bin/python (run `command -v python` in that env on the host)")
     if err["type"] == "extra_forbidden":
-        if len(tuple(p for p in loc if p != "path")) == 1:
+        if _top_level(loc):
             return "the file's top level takes only `hosts:`, a mapping of host name to its fields"
         return f"remove it or fix its spelling; a host takes: {', '.join(_known_fields(loc))}"
     if "environment variable" in err.get("msg", ""):

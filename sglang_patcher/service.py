@@ -363,9 +363,9 @@ def _unrecorded_note(version: str) -> str:
     from .patchset import available_patchsets
 
     fits, others = [], []
-    for name in sorted(available_patchsets()):
+    for name, where in sorted(available_patchsets().items()):
         try:
-            ps = load_patchset(name)
+            ps = load_patchset(where)
         except SglpatchError:
             continue
         (fits if version in ps.versions else others).append(f"{name} ({', '.join(ps.versions)})")
@@ -452,9 +452,7 @@ def _release_tree_reader(base: Path, version: str, log: Log, *, unverified: bool
     is refused (its hashes would be pinned as "pristine"). Without dist-info (a source checkout)
     nothing can check the files: refused unless ``unverified``. ``supported``: the patchset's
     releases, for the hint. Raises ConfigError naming the directory."""
-    import hashlib
-
-    from .manifest import read_record
+    from .manifest import read_record, sha256_bytes
 
     if not (base / "sglang").is_dir():
         raise ConfigError(f"{base}: no sglang/ package there",
@@ -488,7 +486,7 @@ def _release_tree_reader(base: Path, version: str, log: Log, *, unverified: bool
         data = f.read_bytes() if f.is_file() else None
         if record is not None and (data is not None or p in record):
             want = record.get(p)
-            got = None if data is None else hashlib.sha256(data).hexdigest()
+            got = None if data is None else sha256_bytes(data)
             if p not in record or got != want:
                 why = "is not in its RECORD" if p not in record else (
                     "is missing" if data is None else "differs from its RECORD (patched or edited)")

@@ -810,14 +810,19 @@ def op_unlock(a):
 
 # ------------------------------------------------------------------------------------ rollback
 
+def pending_fail(j):
+    """The refusal of an op while another deployment's journal is pending."""
+    return Fail("journal_pending", "deployment %s is pending (phase %s); deal with it first"
+                % (j.get("id"), j.get("phase")), journal=j)
+
+
 def op_rollback(a):
     h = HostState(a)
     did = check_id(a.get("deployment_id"))
     holder = a.get("holder")
     j = h.journal()
     if j is not None and j.get("id") != did:
-        raise Fail("journal_pending", "deployment %s is pending (phase %s); deal with it first"
-                   % (j.get("id"), j.get("phase")), journal=j)
+        raise pending_fail(j)
     rec = j if j is not None else h.record(did)
     if rec.get("phase") == "rolled_back":
         return {"deployment": rec, "already": True}
@@ -926,15 +931,15 @@ def op_prune(a):
         raise Fail("bad_args", "keep must be a whole number >= 0, got %r" % (keep,))
     j = h.journal()
     if j is not None:
-        raise Fail("journal_pending", "deployment %s is pending (phase %s); deal with it first"
-                   % (j.get("id"), j.get("phase")), journal=j)
+        raise pending_fail(j)
     dry = bool(a.get("dry_run"))
     if not dry:
         h.acquire(holder, bool(a.get("break_lock")))
     try:
         done = [r for r in h.records() if r.get("phase") == "rolled_back"]
+        cut = max(len(done) - keep, 0)  # done[:cut] lose their backups, done[cut:] keep them
         pruned = []
-        for r in done[:max(len(done) - keep, 0)]:
+        for r in done[:cut]:
             did = check_id(r.get("id"))
             dirs = [d for d in (os.path.join(h.backups_dir, did), os.path.join(h.backups_dir, did + ".drifted"))
                     if os.path.isdir(d)]
@@ -950,7 +955,7 @@ def op_prune(a):
     finally:
         if not dry:
             h.release(holder, force=True)
-    return {"pruned": pruned, "kept": [r.get("id") for r in done[max(len(done) - keep, 0):]], "dry_run": dry}
+    return {"pruned": pruned, "kept": [r.get("id") for r in done[cut:]], "dry_run": dry}
 
 
 OPS = {"inspect": op_inspect, "push": op_push, "resume": op_resume, "finish": op_finish,
