@@ -222,13 +222,14 @@ def test_build_from_topk_equals_build_from_logits():
 
 def test_variant_choice_follows_the_h200_measurements():
     """prefer_prep / prefer_beam return the variants bench/RESULTS.md measured fastest: bound prep
-    for bf16 except radix at <= 15 rows with K >= 1024, chunked / row for other dtypes by row
-    count, and the pruned beam at every budget."""
+    for bf16 at every row count and K (radix lost at K 1024 too once the bound prep's final sort
+    ran 16 warps), chunked / row for other dtypes by row count, and the pruned beam at every
+    budget."""
     from patchsets.ddtree.modules.ddtree_tree import prefer_beam, prefer_prep
 
     assert prefer_prep(15, torch.bfloat16, 512) == "bound"
     assert prefer_prep(15, torch.bfloat16) == "bound"
-    assert prefer_prep(15, torch.bfloat16, 1024) == "radix"
+    assert prefer_prep(15, torch.bfloat16, 1024) == "bound"
     assert prefer_prep(120, torch.bfloat16, 1024) == "bound"
     assert prefer_prep(960, torch.bfloat16, 256) == "bound"
     assert prefer_prep(15, torch.float32, 1024) == "chunked"

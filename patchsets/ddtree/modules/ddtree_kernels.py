@@ -2,12 +2,12 @@
 
 | kernel                     | torch twin                                | H200 result (bench/RESULTS.md)      |
 |----------------------------|-------------------------------------------|-------------------------------------|
-| ``topk_radix_triton``      | ``torch.topk`` + lse + tie fix (bf16/fp16) | default at <= 15 rows, K >= 1024:   |
-|                            | (3 passes over (row, program) grids, P    | 47-54 us at bs 1, 1.54-1.61 ms at   |
-|                            | programs per row looping over chunks)     | bs 64 (row prep 340-381 us at bs 1) |
-| ``topk_bound_triton``      | same; sub-block maxima bound the K-th     | default prep for bf16: 28-41 us at  |
-|                            | value, only candidates sorted (one        | bs 1 (K <= 512), 588-863 us at bs   |
-|                            | looping program redoes overflowing rows)  | 64 (radix 47-54 us / 1.54-1.61 ms)  |
+| ``topk_radix_triton``      | ``torch.topk`` + lse + tie fix (bf16/fp16) | an option, slower than bound at     |
+|                            | (3 passes over (row, program) grids, P    | every size: 46-54 us at bs 1, 1.54- |
+|                            | programs per row looping over chunks)     | 1.62 ms at bs 64                    |
+| ``topk_bound_triton``      | same; sub-block maxima bound the K-th     | default prep for bf16: 28-34 us at  |
+|                            | value, only candidates sorted (one        | bs 1 (K <= 512), 49.5 at K 1024,    |
+|                            | looping program redoes overflowing rows)  | 590-789 us at bs 64                 |
 | ``lse_triton``             | ``torch.logsumexp(x.float())``            | "row" prep (one program per row)    |
 | ``tie_fix_triton``         | full-vocabulary int32 ``where`` + topk    | "row" prep                          |
 | ``prep_chunked_triton``    | (both of the above, (row, chunk) grid)    | "chunked": 2.3x "row" at bs 1       |

@@ -65,26 +65,24 @@ DEFAULT_BEAM: Optional[str] = None
 # Measured crossovers (bench/RESULTS.md, H200 run 2026-11-30 06:50, V = 151,936, L = 15, K = N).
 _CHUNKED_PREP_MAX_ROWS = 120  # chunked vs row prep (measured on bf16): 2.3x at 15 rows, 1.15x
                               # at 120, 0.95x at 960
-_RADIX_PREP_MAX_ROWS_AT_K1024 = 15  # radix beats bound at 15 rows, K 1024 (2026-11-30 third session)
 
 
 def prefer_prep(rows: int, dtype: Optional[torch.dtype] = None, k: Optional[int] = None) -> str:
     """Triton prep variant for ``rows`` = bs * L logit rows of ``dtype`` and top-K ``k``.
 
-    "bound" for bf16: the fastest measured (H200, V = 151,936, bench/RESULTS.md 2026-11-30
-    third session): 28-41 us at 15 rows for K <= 512 (64 us at K 1024, where radix takes 54) and
-    588-863 us at 960 rows, against 47-54 us / 1.54-1.61 ms for "radix" (and 2.5-2.7 ms for
-    "row" / "chunked" at 960 rows, 06:50 run). Except "radix" for bf16 with at most 15 rows and
-    k >= 1024: there the bound prep's sort of ~2K candidates in one program per row is the
-    slower part (bound 61.7 / 64.4 us against radix 53.8 / 53.7 at bs 1, N 1024, flat / peaked;
-    at 120 rows bound wins again, 124 against 219 us). Other dtypes (fp16 runs the same
-    kernels but was not measured): "chunked" (programs over (row, 4096-column chunk)) up to 120
-    rows, else "row".
+    "bound" for bf16 at every row count and K: the fastest measured (H200, V = 151,936,
+    bench/RESULTS.md 2026-12-01 tenth session, one run): at 15 rows 27.6-33.8 us for K <= 512 and
+    49.4-49.6 us at K 1024, against radix 46.2-54.1 us; at 120 rows 85-113 us against 210-223; at
+    960 rows 590-789 us against 1.54-1.62 ms (and 2.5-2.7 ms for "row" / "chunked" at 960 rows,
+    2026-11-30 06:50 run). Radix won at 15 rows and K 1024 until the bound prep's final sort ran
+    16 warps (seventh session): it is still there as ``prep="radix"``. Other dtypes (fp16 runs
+    the same kernels but was not measured): "chunked" (programs over (row, 4096-column chunk)) up
+    to 120 rows, else "row". ``rows`` and ``k`` are kept for those and for later crossovers.
     """
     if DEFAULT_PREP is not None:
         return DEFAULT_PREP
     if dtype == torch.bfloat16:
-        return "radix" if rows <= _RADIX_PREP_MAX_ROWS_AT_K1024 and (k or 0) >= 1024 else "bound"
+        return "bound"
     return "chunked" if rows <= _CHUNKED_PREP_MAX_ROWS else "row"
 
 
