@@ -1,6 +1,6 @@
 """Benchmark: DDTree construction, GPU batched builder vs the CPU heap reference (same run).
 
-From bf16 draft logits [bs, L=15, V=151,936] to all arrays (tokens, parents, depths, scores,
+From bf16 (``--dtype``: fp16, fp32) draft logits [bs, L=15, V=151,936] to all arrays (tokens, parents, depths, scores,
 retrieve_*, tree mask), K = N (the paper's exact tree). GPU: median of CUDA-graph replays (and
 eager); also the prep alone (log-sum-exp + exact top-K). CPU: per request torch top-K prep + the
 Python heap (``build_tree_reference_from_topk``), summed over the batch (how a CPU-side builder
@@ -41,6 +41,8 @@ from patchsets.ddtree.modules.ddtree_tree import (  # noqa: E402
 from tests.support.ddtree import KINDS, draft_logits  # noqa: E402
 
 PREPS = ("row", "chunked", "radix", "bound")
+PREPS_16BIT = ("radix", "bound")  # read 16-bit floats only
+DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 BEAMS = ("sort", "select", "prune")
 
 
@@ -61,6 +63,8 @@ def main():
     ap.add_argument("--components", action="store_true",
                     help="also time the older prep pieces (row / chunked kernels, torch.topk alone)")
     ap.add_argument("--preps", default="radix,bound", help=f"Triton prep variants timed, from {PREPS}")
+    ap.add_argument("--dtype", default="bf16", choices=sorted(DTYPES),
+                    help=f"draft logits dtype (the {'/'.join(PREPS_16BIT)} preps need bf16 or fp16)")
     ap.add_argument("--no-torch-path", action="store_true",
                     help="skip timing the all-torch path (recorded in bench/RESULTS.md)")
     ap.add_argument("--bounds", default="",
@@ -71,6 +75,12 @@ def main():
     L, V = a.depth, a.vocab
     rows = []
     preps = [p for p in a.preps.split(",") if p]
+    dtype = DTYPES[a.dtype]
+    sixteen = dtype != torch.float32
+    unknown = [p for p in preps if p not in PREPS]
+    if unknown or (not sixteen and set(preps) & set(PREPS_16BIT)):
+        raise SystemExit(f"--preps {a.preps}: choose from {PREPS}"
+                         + ("" if sixteen else f", without {'/'.join(PREPS_16BIT)} for --dtype fp32"))
     t_start = time.monotonic()
 
     def out_of_time(what: str) -> bool:
@@ -82,7 +92,7 @@ def main():
     for kind, bs in [(k, int(v)) for k in a.kinds.split(",") for v in a.bs.split(",")]:
         if out_of_time(f"kind={kind} bs={bs}"):
             break
-        x = draft_logits(bs, bs, L, V, torch.bfloat16, kind=kind, device=dev)
+        x = draft_logits(bs, bs, L, V, dtype, kind=kind, device=dev)
         roots = torch.randint(0, V, (bs,), device=dev)
         x_cpu = x.cpu()
         x2 = x.reshape(bs * L, V)
@@ -98,9 +108,9 @@ def main():
             dflt = (prefer_prep(bs * L, x.dtype, N), prefer_beam(N))
             full = var[dflt] if dflt in var else g(lambda: build_ddtree(x, roots, N, N))
             eager = gpu_eager_median_us(lambda: build_ddtree(x, roots, N, N), reps=10)
-            prep_radix = g(lambda: draft_topk(x, N, prep="radix"))
-            prep_bound = g(lambda: draft_topk(x, N, prep="bound"))
             nan = float("nan")
+            prep_radix = g(lambda: draft_topk(x, N, prep="radix")) if sixteen else nan
+            prep_bound = g(lambda: draft_topk(x, N, prep="bound")) if sixteen else nan
             prep = prep_chunked = topk_only = lse_only = tie_only = chunked_kernels = nan
             if a.components:
                 prep = g(lambda: draft_topk(x, N, prep="row"))
@@ -170,7 +180,7 @@ def main():
                   f"all_torch={torch_arrays:.1f} mask1024 tri={mask_tri:.1f} torch={mask_tor:.1f}", flush=True)
     meta = dict(date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
                 device=torch.cuda.get_device_name(), torch=torch.__version__, L=L, V=V,
-                dtype="bfloat16", topk="K = N", cpu_threads=torch.get_num_threads())
+                dtype=str(dtype).removeprefix("torch."), topk="K = N", cpu_threads=torch.get_num_threads())
     print(table(rows, meta))
     if a.out:
         with open(a.out, "w") as f:
@@ -184,7 +194,7 @@ def best(r):
 def table(rows, meta):
     names = list(rows[0]["variants"]) if rows else []
     out = [f"Tree build — {meta['device']}, {meta['date']}, torch {meta['torch']}, L={meta['L']}, "
-           f"V={meta['V']}, bf16 logits, K=N; CPU heap on {meta['cpu_threads']} threads",
+           f"V={meta['V']}, {meta['dtype']} logits, K=N; CPU heap on {meta['cpu_threads']} threads",
            "", "| logits | bs | N | tree depth | default (variant) µs | " + " | ".join(f"{n} µs" for n in names)
            + " | eager µs | CPU heap µs | speed-up (default) | speed-up (best) |",
            "|---|---:|---:|---:|---:|" + "---:|" * len(names) + "---:|---:|---:|---:|"]

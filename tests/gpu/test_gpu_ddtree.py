@@ -28,7 +28,7 @@ def logits(seed, bs, L, V, dtype, kind="normal"):
     return draft_logits(seed, bs, L, V, dtype, kind=kind)
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16], ids=["fp32", "bf16", "fp16"])
 @pytest.mark.parametrize("V,N,K,kind", [
     (64, 16, 16, "normal"), (64, 200, 50, "ties"), (1000, 512, 512, "normal"),
     (151_936, 256, 256, "normal"), (151_936, 1024, 1024, "normal"), (151_936, 64, 8, "ties"),
@@ -52,7 +52,8 @@ def test_cuda_tree_equals_cpu_reference(dtype, V, N, K, kind):
     # the selection beam (beam="select") and the chunk-parallel prep (prep="chunked") give the
     # reference tree too (each fed the log-sum-exp its own prep computed)
     for prep, beam in (("row", "select"), ("chunked", "select"), ("chunked", "sort"),
-                       ("radix", "select"), ("radix", "sort"), ("radix", "prune"), ("chunked", "prune")):
+                       ("radix", "select"), ("radix", "sort"), ("radix", "prune"), ("chunked", "prune"),
+                       ("bound", "prune")):
         t2 = build_ddtree(x.to(DEV), torch.tensor([1, 2, 3], device=DEV), N, K,
                           request_budget=rb.to(DEV), use_triton=True, prep=prep, beam=beam)
         _, ids_v, lse_v = draft_topk(x.to(DEV), K, use_triton=True, prep=prep)

@@ -362,14 +362,14 @@ def test_radix_programs_and_errors():
 @settings(max_examples=10, deadline=None, suppress_health_check=list(HealthCheck))
 @given(seed=st.integers(0, 2**31 - 1), rows=st.integers(1, 4), V=st.integers(1, 400),
        kf=st.floats(0.0, 1.0), kind=st.sampled_from(KINDS), sub=st.sampled_from([1, 8, 64]),
-       cap_extra=st.sampled_from([None, 0, 3]))
-def test_bound_prep_property(seed, rows, V, kf, kind, sub, cap_extra):
+       cap_extra=st.sampled_from([None, 0, 3]), dtype=st.sampled_from([torch.bfloat16, torch.float16]))
+def test_bound_prep_property(seed, rows, V, kf, kind, sub, cap_extra, dtype):
     """Property: the bound prep (sub-block maxima bound the K-th value, only candidates sorted,
     overflowing rows redone by the one-launch radix fallback) gives the tie-rule ids and exactly the
-    radix prep's lp and lse — flat, peaked and tied bf16 logits, -inf entries, small caps that
-    force the fallback on some rows."""
+    radix prep's lp and lse — flat, peaked and tied bf16 and fp16 logits, -inf entries, small caps
+    that force the fallback on some rows; lse as torch.logsumexp's within float32 rounding."""
     k = max(1, min(V, int(round(V * kf))))
-    x = draft_logits(seed, 1, rows, V, torch.bfloat16, kind=kind)[0]
+    x = draft_logits(seed, 1, rows, V, dtype, kind=kind)[0]
     if seed % 3 == 0:
         x[:, : V // 4] = float("-inf")
     if seed % 5 == 1:  # NaN logits: ord16 ranks +NaN above +inf in both preps
@@ -383,6 +383,8 @@ def test_bound_prep_property(seed, rows, V, kf, kind, sub, cap_extra):
     assert torch.equal(ids, ids2)
     for u, v in ((lp, lp2), (lse, lse2)):
         assert torch.equal(u.isnan(), v.isnan()) and torch.equal(u.nan_to_num(), v.nan_to_num())
+    if not x.isnan().any():
+        torch.testing.assert_close(lse, torch.logsumexp(x.float(), dim=-1), rtol=0, atol=1e-5)
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])

@@ -222,9 +222,9 @@ def test_build_from_topk_equals_build_from_logits():
 
 def test_variant_choice_follows_the_h200_measurements():
     """prefer_prep / prefer_beam return the variants bench/RESULTS.md measured fastest: bound prep
-    for bf16 at every row count and K (radix lost at K 1024 too once the bound prep's final sort
-    ran 16 warps), chunked / row for other dtypes by row count, and the pruned beam at every
-    budget."""
+    for bf16 and fp16 at every row count and K (radix lost at K 1024 too once the bound prep's
+    final sort ran 16 warps; fp16 ran 2-3.7x slower on bf16's old fallback), chunked / row for
+    32-bit logits by row count, and the pruned beam at every budget."""
     from patchsets.ddtree.modules.ddtree_tree import prefer_beam, prefer_prep
 
     assert prefer_prep(15, torch.bfloat16, 512) == "bound"
@@ -233,5 +233,7 @@ def test_variant_choice_follows_the_h200_measurements():
     assert prefer_prep(120, torch.bfloat16, 1024) == "bound"
     assert prefer_prep(960, torch.bfloat16, 256) == "bound"
     assert prefer_prep(15, torch.float32, 1024) == "chunked"
-    assert prefer_prep(960, torch.float16, 256) == "row"
+    assert prefer_prep(960, torch.float16, 256) == "bound"
+    assert prefer_prep(15, torch.float16, 1024) == "bound"
+    assert prefer_prep(960, torch.float32, 256) == "row"
     assert {prefer_beam(n) for n in (1, 16, 64, 512, 1024)} == {"prune"}

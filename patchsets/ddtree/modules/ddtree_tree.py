@@ -70,18 +70,22 @@ _CHUNKED_PREP_MAX_ROWS = 120  # chunked vs row prep (measured on bf16): 2.3x at 
 def prefer_prep(rows: int, dtype: Optional[torch.dtype] = None, k: Optional[int] = None) -> str:
     """Triton prep variant for ``rows`` = bs * L logit rows of ``dtype`` and top-K ``k``.
 
-    "bound" for bf16 at every row count and K: the fastest measured (H200, V = 151,936,
-    bench/RESULTS.md 2026-12-01 tenth session, one run): at 15 rows 27.6-33.8 us for K <= 512 and
-    49.4-49.6 us at K 1024, against radix 46.2-54.1 us; at 120 rows 85-113 us against 210-223; at
-    960 rows 590-789 us against 1.54-1.62 ms (and 2.5-2.7 ms for "row" / "chunked" at 960 rows,
-    2026-11-30 06:50 run). Radix won at 15 rows and K 1024 until the bound prep's final sort ran
-    16 warps (seventh session): it is still there as ``prep="radix"``. Other dtypes (fp16 runs
-    the same kernels but was not measured): "chunked" (programs over (row, 4096-column chunk)) up
-    to 120 rows, else "row". ``rows`` and ``k`` are kept for those and for later crossovers.
+    "bound" for 16-bit floats (bf16, fp16) at every row count and K: the fastest measured (H200,
+    V = 151,936, bench/RESULTS.md 2026-12-01 tenth session, one run each):
+    - bf16: at 15 rows 27.6-33.8 us for K <= 512 and 49.4-49.6 us at K 1024, against radix
+      46.2-54.1 us; at 120 rows 85-113 us against 210-223; at 960 rows 590-789 us against
+      1.54-1.62 ms (and 2.5-2.7 ms for "row" / "chunked", 2026-11-30 06:50 run). Radix won at 15
+      rows and K 1024 until the bound prep's final sort ran 16 warps (seventh session); it stays
+      available as ``prep="radix"``.
+    - fp16 (the same kernels; fp16 used to get the 32-bit choice, "chunked" / "row"): the
+      whole tree at peaked bs 1 N 512 131.4 us against 259.8 with "chunked", at peaked bs 64 N 256
+      699.7 us against 2,615 with "row".
+    32-bit logits: "chunked" (programs over (row, 4096-column chunk)) up to 120 rows, else "row"
+    (fp32 peaked N 512 bs 1: 286.7 against 516.5 us; N 256 bs 64: 3,370 against 3,540).
     """
     if DEFAULT_PREP is not None:
         return DEFAULT_PREP
-    if dtype == torch.bfloat16:
+    if dtype in (torch.bfloat16, torch.float16):
         return "bound"
     return "chunked" if rows <= _CHUNKED_PREP_MAX_ROWS else "row"
 
