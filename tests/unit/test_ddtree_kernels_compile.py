@@ -91,8 +91,6 @@ CASES = [
      dict(NCHP=64, NSBP=4096, ROUNDS=8), 8),
     (K._bd_pass_b, dict(x_ptr="*bf16", sbm_ptr="*i32", thr_ptr="*i32", cnt_ptr="*i32", cand_ptr=I64,
                         NCH="i32", CAP="i32", V=C, CH=C, SB=C), dict(V=151936, CH=4096, SB=64), 8),
-    (K._bd_pass_b_lanes, dict(x_ptr="*bf16", sbm_ptr="*i32", thr_ptr="*i32", cnt_ptr="*i32", cand_ptr=I64,
-                              NCH="i32", CAP="i32", V=C, CH=C, SB=C), dict(V=151936, CH=4096, SB=64), 8),
     (K._bd_final, dict(x_ptr="*bf16", cand_ptr=I64, cnt_ptr="*i32", lse_ptr=F32, lp_ptr=F32,
                        ids_ptr=I64, K="i32", CAP="i32", V=C, CAPP=C, KP=C),
      dict(V=151936, CAPP=1024, KP=512), 16),

@@ -1897,29 +1897,6 @@ def _bd_pass_b(x_ptr, sbm_ptr, thr_ptr, cnt_ptr, cand_ptr, NCH, CAP, V: tl.const
 
 
 @triton.jit
-def _bd_pass_b_lanes(x_ptr, sbm_ptr, thr_ptr, cnt_ptr, cand_ptr, NCH, CAP, V: tl.constexpr,
-                     CH: tl.constexpr, SB: tl.constexpr):
-    """``_bd_pass_b`` with a slot per candidate from its own relaxed atomic on cnt [R] instead of
-    a block-wide prefix sum over the chunk's CH lanes: the candidates land in cand in no set
-    order (``_bd_final`` sorts them), and a chunk whose maximum is < thr returns at once."""
-    row = tl.program_id(0).to(tl.int64)
-    ch = tl.program_id(1)
-    thr = tl.load(thr_ptr + row)
-    cmax = tl.max(tl.load(sbm_ptr + (row * NCH + ch) * (CH // SB) + tl.arange(0, CH // SB)), axis=0)
-    if cmax >= thr:
-        offs = ch * CH + tl.arange(0, CH)
-        m = offs < V
-        x = tl.load(x_ptr + row * V + offs, mask=m, other=float("-inf"))
-        o = _ord16(x)
-        sel = m & (o >= thr)
-        pos = tl.atomic_add(cnt_ptr + row + tl.zeros([CH], tl.int64), tl.full([CH], 1, tl.int32),
-                            mask=sel, sem="relaxed")
-        key = ((65535 - o).to(tl.int64) << 32) | offs.to(tl.int64)
-        ok = sel & (pos < CAP)
-        tl.store(cand_ptr + row * CAP + tl.where(ok, pos, 0), key, mask=ok)
-
-
-@triton.jit
 def _bd_final(x_ptr, cand_ptr, cnt_ptr, lse_ptr, lp_ptr, ids_ptr, K, CAP, V: tl.constexpr,
               CAPP: tl.constexpr, KP: tl.constexpr):
     """Grid (R,). Rows with K <= cnt <= CAP: sort the candidates' keys, write the first K as lp
@@ -1980,7 +1957,7 @@ def _bd_fallback(x_ptr, cnt_ptr, key_ptr, lse_ptr, lp_ptr, ids_ptr, K, CAP, NCH,
 
 
 def topk_bound_triton(x: torch.Tensor, k: int, chunk: int = 4096, sub_block: int = 64,
-                      cap: int | None = None, slots: str = "scan"):
+                      cap: int | None = None):
     """Exact per-row top-k under the tie rule (value desc, id asc) for 16-bit float logits,
     histogramming only the candidates (see the section comment); same results as
     ``topk_radix_triton``, lse bit-identical.
@@ -2021,8 +1998,7 @@ def topk_bound_triton(x: torch.Tensor, k: int, chunk: int = 4096, sub_block: int
     _bd_pass_a[(R, NCH)](x, pm, ps, sbm, NCH, V=V, CH=chunk, SB=sub_block, num_warps=8)
     _bd_combine_a[(R,)](pm, ps, sbm, lse, thr, cnt, k, NCH, NSB, NCHP=max(16, triton.next_power_of_2(NCH)),
                         NSBP=max(16, triton.next_power_of_2(NSB)), ROUNDS=8, num_warps=8)
-    pass_b = {"scan": _bd_pass_b, "lanes": _bd_pass_b_lanes}[slots]
-    pass_b[(R, NCH)](x, sbm, thr, cnt, cand, NCH, cap, V=V, CH=chunk, SB=sub_block, num_warps=8)
+    _bd_pass_b[(R, NCH)](x, sbm, thr, cnt, cand, NCH, cap, V=V, CH=chunk, SB=sub_block, num_warps=8)
     _bd_final[(R,)](x, cand, cnt, lse, lp, ids, k, cap, V=V, CAPP=CAPP, KP=KP,
                     num_warps=16 if CAPP >= 512 else 4)  # H200: 16 warps 1.19x at K 512
     keys = torch.empty((R, k), dtype=torch.int64, device=dev)
