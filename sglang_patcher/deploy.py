@@ -670,6 +670,13 @@ class StatusReport:
     note: str | None = None  # what the verdict rests on, where that is not obvious (no records, no files)
 
     @property
+    def active(self) -> list[dict[str, Any]]:
+        """The host's active deployments, oldest first: ``{"id", "patchset", "revision"}`` each —
+        what a status without ``--patchset`` says the host carries."""
+        return [{"id": d.get("id"), "patchset": d.get("patchset"), "revision": d.get("revision")}
+                for d in self.deployments if d.get("phase") in ACTIVE]
+
+    @property
     def held_paths(self) -> set[str]:
         """The paths that the host's active deployments wrote (their records' files)."""
         return {p for d in self.deployments if d.get("phase") in ACTIVE for p in d.get("files", {})}
@@ -713,7 +720,7 @@ class StatusReport:
 
     def to_json(self) -> dict[str, Any]:
         return {"host": self.host, "sglang_version": self.sglang_version, "overall": self.overall,
-                "patchset": self.patchset, "revision": self.revision,
+                "patchset": self.patchset, "revision": self.revision, "active": self.active,
                 "files": [f.to_json() for f in self.files],
                 "deployments": [_record_summary(d) for d in self.deployments],
                 "journal": _record_summary(self.journal) if self.journal else None, "lock": self.lock,
@@ -733,6 +740,8 @@ class StatusReport:
             later = sorted({int(f.revision) for f in self.files if f.state == "patched"} - {int(self.revision or 0)})
             overall += (f" (r{'/r'.join(map(str, later))} of {self.patchset} is installed, later than the "
                         f"r{self.revision} asked about; a rollback goes back)")
+        elif self.patchset is None and self.overall == "patched" and self.active:
+            overall += " (" + ", ".join(f"{a['patchset']} r{a['revision']}" for a in self.active) + ")"
         parts: list[Any] = [Text(f"{self.host} (sglang {self.sglang_version}): {overall}", style="bold")]
         if self.note:
             parts.append(Text(f"  {self.note}", style="yellow"))

@@ -375,6 +375,12 @@ def test_status_is_patched_after_a_rolled_back_revision_that_created_a_file(
     code, data, err = run_json(capsys, *h, "status", "--host", "here")
     assert code == 0, err
     assert data["overall"] == "patched", data
+    # without --patchset, what the host carries is its active deployments (the rolled-back one is not)
+    applied = next(d for d in data["deployments"] if d["phase"] not in ("rolled_back",))
+    assert data["patchset"] is None and data["active"] == [
+        {"id": applied["id"], "patchset": "ddtree", "revision": applied["revision"]}], data["active"]
+    code, out, err = run_cli(capsys, *h, "status", "--host", "here")
+    assert code == 0 and f"patched (ddtree r{applied['revision']})" in out, out
 
 
 def test_json_errors_are_one_document_on_stdout(capsys, tmp_path, sglpatch_home):
