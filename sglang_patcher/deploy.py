@@ -281,6 +281,14 @@ class AgentClient:
     def compile(self, paths: list[str]) -> dict[str, Any]:
         return self.call("compile", {"paths": list(paths)})
 
+    def put_backups(self, deployment_id: str, contents: dict[str, bytes], holder: dict[str, Any], *,
+                    break_lock: bool = False) -> dict[str, Any]:
+        """Put lost backups of ``deployment_id`` back on the host: ``contents`` {path: the original's
+        bytes}, each checked by the agent against the record's ``before`` sha256 (see the agent)."""
+        files = {p: hashlib.sha256(b).hexdigest() for p, b in contents.items()}
+        return self.call("put_backups", {"deployment_id": deployment_id, "files": files, "holder": holder,
+                                         "break_lock": break_lock}, stdin=payload_tar(contents))
+
     def backup_tar(self, deployment_id: str) -> dict[str, bytes]:
         """The host's backups of one deployment as ``{path: bytes}``."""
         res = launcher.run_script(self.transport, self.interpreter, AGENT, "backup_tar",
@@ -763,10 +771,11 @@ class StatusReport:
                                   f"what to do", style="bold red"))
         for did, bad in sorted(self.bad_backups.items()):
             parts.append(Text(f"  deployment {did}: {len(bad)} backup(s) missing or damaged on the host "
-                              f"({', '.join(sorted(bad.values()))}) — `sglpatch rollback` refuses until they "
-                              f"are back; " + (f"local copies: {self.local_backups[did]}/ (`sglpatch rollback --host "
-                                               f"{self.host}` says which goes where)" if did in self.local_backups
-                                               else "no local copy either"), style="bold red"))
+                              f"({', '.join(sorted(bad.values()))}) — `sglpatch rollback` puts them back first "
+                              f"from whatever copy has the recorded sha256 (" +
+                              (f"local copies: {self.local_backups[did]}/; " if did in self.local_backups
+                               else "no local copy; ") + "else the host's mirror or the release wheel) and "
+                              "refuses, restoring nothing, when one is found nowhere", style="bold red"))
         if self.journal:
             parts.append(Text(f"  pending: deployment {self.journal.get('id')} interrupted in phase "
                               f"{self.journal.get('phase')} — run apply again or rollback", style="yellow"))
@@ -805,6 +814,7 @@ class RollbackResult:
     already: list[str] = field(default_factory=list)
     round_trips: int = 0
     seconds: float = 0.0
+    backups_put_back: dict[str, dict[str, str]] = field(default_factory=dict)  # id → {path: source}
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -823,6 +833,10 @@ class RollbackResult:
         t.add_column("restored sha256")
         for p, h in sorted(self.files.items()):
             t.add_row(p, h or "(removed)")
+        if self.backups_put_back:
+            t.caption = "; ".join(
+                f"{did}: {len(got)} lost backup(s) put back on the host first, verified by sha256, from "
+                + ", ".join(sorted(set(got.values()))) for did, got in sorted(self.backups_put_back.items()))
         return t
 
 
@@ -1289,9 +1303,11 @@ def rollback_host(transport: Transport, host: Any, info: Any, deployment_id: str
     deployment wrote it is drift: :class:`DriftError` naming the files and nothing is changed, unless
     ``force`` (the edited bytes are then kept on the host under ``backups/<id>.drifted/``).
     Nothing active (rolled back already, or never deployed) is no error: the result names no
-    deployment (``already``: the latest rolled-back one, if any). Raises StateError (unknown id,
-    local records of an active deployment the host has no record of, a backup missing or not
-    matching), LockHeldError, DriftError.
+    deployment (``already``: the latest rolled-back one, if any). Backups lost on the host are put
+    back first when every one of them is found, by its recorded sha256, in the local copies, the
+    host's mirror or the release's wheel (``backups_put_back`` says which came from where).
+    Raises StateError (unknown id, local records of an active deployment the host has no record
+    of, a backup missing or not matching that none of those holds), LockHeldError, DriftError.
     """
     t0 = time.monotonic()
     rt0 = transport.round_trips
@@ -1340,22 +1356,64 @@ def rollback_host(transport: Transport, host: Any, info: Any, deployment_id: str
     final: dict[str, str | None] = {}
     if deployment_id is not None and not todo:
         already.append(deployment_id)
+    put_back: dict[str, dict[str, str]] = {}
     for d in todo:
         holder = make_holder(d["id"])
         progress("rollback", f"{d['id']} ({d.get('patchset')} r{d.get('revision')}, {len(d.get('files', {}))} files)")
         try:
             out = agent.rollback(d["id"], holder, break_lock=takeover, force=force)
         except AgentStateError as exc:
-            if exc.kind == "backup_missing":
-                exc.hint = _missing_backups_hint(home, name, d["id"], exc.details.get("backups", {}),
+            if exc.kind != "backup_missing":
+                raise
+            missing = exc.details.get("backups", {})
+            found = _recover_backups(home, name, info, d, missing)
+            if not missing or set(found) != set(missing):
+                exc.hint = _missing_backups_hint(home, name, d["id"], missing,
                                                  local=isinstance(transport, LocalTransport))
-            raise
+                raise
+            agent.put_backups(d["id"], {p: data for p, (data, _) in found.items()}, holder, break_lock=takeover)
+            put_back[d["id"]] = {p: src for p, (_, src) in found.items()}
+            progress("rollback", f"{d['id']}: put back {len(found)} lost backup(s) from "
+                                 f"{', '.join(sorted(set(put_back[d['id']].values())))}")
+            out = agent.rollback(d["id"], holder, break_lock=takeover, force=force)
         (already if out.get("already") else rolled).append(d["id"])
         save_local_record(home, name, out["deployment"])
         for p, f in out["deployment"].get("files", {}).items():
             final[p] = f.get("before")
     return RollbackResult(host=name, rolled_back=rolled, files=final, already=already,
-                          round_trips=transport.round_trips - rt0, seconds=time.monotonic() - t0)
+                          round_trips=transport.round_trips - rt0, seconds=time.monotonic() - t0,
+                          backups_put_back=put_back)
+
+
+def _recover_backups(home: Path, name: str, info: Any, record: dict[str, Any],
+                     missing: dict[str, str]) -> dict[str, tuple[bytes, str]]:
+    """Originals of deployment ``record`` whose host backups are lost (``missing``: {path: backup
+    path on the host}), found where their bytes still are: the local copies ``save_local_record``
+    kept, the host's mirror, the release's PyPI wheel (fetched if not cached). Each must have the
+    sha256 the record names as ``before`` (else it is not the original: left out). Returns
+    {path: (bytes, source name)} for the paths found; never raises for a path not found."""
+    hashes = {p: f.get("before") for p, f in record.get("files", {}).items()
+              if p in missing and isinstance(f, dict) and f.get("before")}
+    version = str(record.get("sglang_version") or getattr(info, "sglang_version", "") or "")
+    readers: list[tuple[str, Callable[[str], bytes | None]]] = [
+        ("local copies", _MultiLocalBackups(home, name, hashes))]
+    from .mirror import Mirror
+
+    mirror = Mirror(home, name, version) if version else None
+    if mirror is not None and mirror.exists():
+        readers.append((f"the mirror of {name}", mirror.read))
+    if version:
+        readers.append((f"wheel sglang=={version}", wheel_reader(version, home)))
+    src = PristineSource(hashes, readers)
+    found: dict[str, tuple[bytes, str]] = {}
+    for p in sorted(hashes):
+        try:
+            data = src.read(p)
+        except StateError:
+            continue
+        if data is not None:
+            found[p] = (data, src.used[p])
+    return found
 
 
 def _refuse_other_release(name: str, info: Any, todo: list[dict[str, Any]], home: Path) -> None:

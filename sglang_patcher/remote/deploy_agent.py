@@ -38,6 +38,9 @@ Operations (``args`` keys; every op takes ``site_packages`` and optional ``state
 * ``history``  {}: all deployment records, oldest first.
 * ``compile``  {paths}: ``py_compile`` each file (bytecode into a temp dir, never ``__pycache__``).
 * ``backup_tar`` {deployment_id}: writes a tar of ``backups/<id>/`` to stdout (binary).
+* ``put_backups`` {deployment_id, files, holder, break_lock}; stdin: a tar of lost originals
+  (``files[path]`` = the record's ``before`` sha256 of each): written under ``backups/<id>/``
+  (fsync, rename, hashed again), so that a rollback can read them.
 
 Failure kinds: bad_args, bad_path, bad_payload, lock_held, journal_pending, drift, no_space,
 not_writable, not_regular, verify_failed, not_found, not_resumable, not_latest, push_failed,
@@ -958,9 +961,49 @@ def op_prune(a):
     return {"pruned": pruned, "kept": [r.get("id") for r in done[cut:]], "dry_run": dry}
 
 
+def op_put_backups(a):
+    """Put back lost backups of one deployment from bytes the client sends (stdin: a tar, member
+    name = site-packages-relative path). Each file must be the original the deployment's record
+    names (``files[path]`` = its ``before`` sha256) and the deployment must still be active or
+    mid-rollback; each is written beside its place under ``backups/<id>/``, fsynced, renamed, then
+    hashed again. Holds the lock while writing; the record is not changed."""
+    h = HostState(a)
+    did = check_id(a.get("deployment_id"))
+    files = a.get("files") or {}
+    if not files:
+        raise Fail("bad_args", "no backups to put")
+    j = h.journal()
+    if j is not None and j.get("id") != did:
+        raise pending_fail(j)
+    rec = j if j is not None else h.record(did)
+    if rec.get("phase") not in ACTIVE_PHASES:
+        raise Fail("bad_args", "deployment %s is %s: only an active deployment's backups can be put back"
+                   % (did, rec.get("phase")))
+    for rel, sha in sorted(files.items()):
+        e = rec.get("files", {}).get(rel)
+        if not isinstance(e, dict) or e.get("before") is None or e["before"] != sha:
+            raise Fail("bad_args", "%s: not an original of deployment %s with sha256 %s; nothing was written"
+                       % (rel, did, sha))
+    payload = read_payload(sys.stdin.buffer, files)
+    holder = a.get("holder")
+    got = h.acquire(holder, bool(a.get("break_lock")))
+    try:
+        for rel in sorted(files):
+            dest = h.backup_for(did, rel)
+            write_atomic(dest, payload[rel])
+            if sha256_file(dest) != files[rel]:
+                remove_quiet(dest)
+                raise Fail("put_failed", "%s: the backup written to %s does not read back with sha256 %s"
+                           % (rel, dest, files[rel]))
+    finally:
+        if got in ("acquired", "broken"):
+            h.release(holder)
+    return {"put": sorted(files)}
+
+
 OPS = {"inspect": op_inspect, "push": op_push, "resume": op_resume, "finish": op_finish,
        "rollback": op_rollback, "unlock": op_unlock, "history": op_history, "compile": op_compile,
-       "backup_tar": op_backup_tar, "prune": op_prune}
+       "backup_tar": op_backup_tar, "prune": op_prune, "put_backups": op_put_backups}
 
 
 def main(argv):

@@ -675,11 +675,68 @@ def test_hosts_with_an_empty_inventory_or_unused_tag_says_what_to_do(capsys, tmp
     assert code == 0 and data["hosts"] == [] and "no host is tagged 'no-such-tag'" in err and "tags in use" in err
 
 
-def test_a_missing_host_backup_restores_nothing_and_names_the_local_copy(capsys, tmp_path, sglpatch_home,
-                                                                         local_target):
-    """A backup lost on the host: rollback refuses before touching any file (no half-restored
-    install, no journal, no lock left), exit 10, and the hint says where the local copy is and
-    where it goes; once it is back, the rollback completes."""
+def test_a_lost_host_backup_with_no_verified_source_restores_nothing_and_then_is_put_back(
+        capsys, tmp_path, sglpatch_home, local_target):
+    """A backup lost on the host whose original exists nowhere else (the file was edited by hand
+    before a forced apply, so the wheel does not have it, and its local copy and the host's
+    mirror are moved away): rollback refuses before touching any file (no half-restored install, no journal, no
+    lock left), exit 10, naming the lost backup. With the local copy back, rollback puts it back on
+    the host by itself (verified by the record's sha256) and completes, the hand edit restored."""
+    import shutil
+
+    from sglang_patcher.inventory import Host
+
+    hosts = write_hosts(tmp_path / "hosts.yaml",
+                        Host(name="here", transport="local", python=str(local_target)))
+    h = ["--hosts", str(hosts)]
+    sp = local_target.site_packages
+    rel = "sglang/srt/speculative/spec_utils.py"
+    target = sp / rel
+    edited = target.read_bytes() + b"# a hand edit before the deploy\n"
+    target.write_bytes(edited)
+    assert run_json(capsys, *h, "apply", "ddtree", "--host", "here", "--yes", "--force")[0] == 0
+    state = sp / ".sglpatch"
+    did = next((state / "deployments").glob("*.json")).stem
+    lost = state / "backups" / did / rel
+    assert lost.read_bytes() == edited
+    lost.unlink()
+    # status names it before any rollback is tried (with and without a patchset to judge by)
+    for extra in ([], ["--patchset", "ddtree"]):
+        code, data, _ = run_json(capsys, *h, "status", "--host", "here", *extra)
+        assert code == 0 and data["bad_backups"] == {did: {rel: str(lost)}}, data
+        assert str(sglpatch_home / "backups" / "here" / did) in data["local_backups"][did], data
+    code, out, _ = run_cli(capsys, *h, "status", "--host", "here")
+    assert f"deployment {did}: 1 backup(s) missing or damaged" in out and "rollback` puts them back" in out
+    local_copy = sglpatch_home / "backups" / "here" / did / rel
+    assert local_copy.read_bytes() == edited
+    aside = tmp_path / "aside.py"
+    shutil.move(local_copy, aside)
+    mirror = sglpatch_home / "mirrors" / "here"
+    assert (mirror / VERSION / "tree" / rel).read_bytes() == edited  # apply's snapshot holds it too
+    shutil.move(mirror, tmp_path / "mirror-aside")
+    before = {p: p.read_bytes() for p in (sp / "sglang").rglob("*.py")}
+    code, data, _ = run_json(capsys, *h, "rollback", "--host", "here")
+    assert code == 10, data
+    assert str(lost) in data["error"] and "nothing was restored" in data["error"]
+    assert f"no local copy of {rel} either" in data["hint"], data["hint"]
+    assert {p: p.read_bytes() for p in (sp / "sglang").rglob("*.py")} == before, "nothing restored"
+    assert not (state / "journal.json").exists() and not (state / "lock").exists() and not lost.exists()
+    code, data, _ = run_json(capsys, *h, "status", "--host", "here")
+    assert data["overall"] == "patched", data
+    shutil.move(aside, local_copy)
+    code, data, _ = run_json(capsys, *h, "rollback", "--host", "here")
+    assert code == 0, data
+    assert data["backups_put_back"] == {did: {rel: "local copies"}}, data
+    assert target.read_bytes() == edited, "the original (the hand edit) is back"
+    code, out, _ = run_cli(capsys, *h, "status", "--host", "here")
+    assert code == 0 and "1 lost backup" not in out
+
+
+def test_lost_host_backups_and_local_copies_are_put_back_from_the_release_wheel(capsys, tmp_path,
+                                                                               sglpatch_home, local_target):
+    """Every backup of a deployment gone from the host, every local copy and the host's mirror gone
+    too: the originals were the release's files, so rollback takes them from the PyPI wheel (each checked
+    against the record's sha256), puts them back on the host, and ends pristine."""
     import shutil
 
     from sglang_patcher.inventory import Host
@@ -689,36 +746,19 @@ def test_a_missing_host_backup_restores_nothing_and_names_the_local_copy(capsys,
     h = ["--hosts", str(hosts)]
     assert run_json(capsys, *h, "apply", "ddtree", "--host", "here", "--yes")[0] == 0
     sp = local_target.site_packages
-    state = sp / ".sglpatch"
-    did = next((state / "deployments").glob("*.json")).stem
-    lost = state / "backups" / did / "sglang" / "srt" / "speculative" / "spec_utils.py"
-    assert lost.is_file()
-    saved = lost.read_bytes()
-    lost.unlink()
-    # status names it before any rollback is tried (with and without a patchset to judge by)
-    for extra in ([], ["--patchset", "ddtree"]):
-        code, data, _ = run_json(capsys, *h, "status", "--host", "here", *extra)
-        assert code == 0 and data["bad_backups"] == {did: {"sglang/srt/speculative/spec_utils.py": str(lost)}}, data
-        assert str(sglpatch_home / "backups" / "here" / did) in data["local_backups"][did], data
-    code, out, _ = run_cli(capsys, *h, "status", "--host", "here")
-    assert f"deployment {did}: 1 backup(s) missing or damaged" in out and "rollback` refuses" in out
-    before = {p: p.read_bytes() for p in (sp / "sglang").rglob("*.py")}
-    code, data, _ = run_json(capsys, *h, "rollback", "--host", "here")
-    assert code == 10, data
-    assert str(lost) in data["error"] and "nothing was restored" in data["error"]
-    local_copy = sglpatch_home / "backups" / "here" / did / "sglang" / "srt" / "speculative" / "spec_utils.py"
-    assert local_copy.read_bytes() == saved
-    assert f"copy {local_copy} to {lost}" in data["hint"] and "scp" not in data["hint"], data["hint"]  # a local host
-    assert {p: p.read_bytes() for p in (sp / "sglang").rglob("*.py")} == before, "nothing restored"
-    assert not (state / "journal.json").exists() and not (state / "lock").exists()
-    code, data, _ = run_json(capsys, *h, "status", "--host", "here")
-    assert data["overall"] == "patched", data
-    shutil.copyfile(local_copy, lost)  # what the hint says
-    assert run_json(capsys, *h, "status", "--host", "here")[1]["bad_backups"] == {}
+    did = next((sp / ".sglpatch" / "deployments").glob("*.json")).stem
+    shutil.rmtree(sp / ".sglpatch" / "backups" / did)
+    shutil.rmtree(sglpatch_home / "backups" / "here" / did)
+    shutil.rmtree(sglpatch_home / "mirrors" / "here")  # apply's snapshot would serve them first
     code, data, _ = run_json(capsys, *h, "rollback", "--host", "here")
     assert code == 0, data
-    code, data, _ = run_json(capsys, *h, "status", "--host", "here")
-    assert data["overall"] == "pristine", data
+    got = data["backups_put_back"][did]
+    assert got and set(got.values()) == {f"wheel sglang=={VERSION}"}, got
+    record = record_hashes(sp)
+    for rel in got:
+        assert live_hash(sp, rel) == record[rel], rel
+    code, data, _ = run_json(capsys, *h, "status", "--host", "here", "--patchset", "ddtree")
+    assert data["overall"] == "pristine" and data["bad_backups"] == {}, data
 
 
 def test_unwritable_local_records_stop_apply_and_rollback_before_the_host_changes(capsys, tmp_path,

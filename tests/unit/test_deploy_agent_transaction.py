@@ -545,3 +545,43 @@ def test_a_lock_holder_that_exited_unreaped_is_stale_and_a_running_one_is_not():
         alive.kill()
         alive.wait()
         done.wait()
+
+
+def test_put_backups_takes_only_the_recorded_originals(env):
+    """The agent's put_backups writes a lost backup only when its bytes are the original the
+    deployment's record names (its ``before`` sha256) and the deployment is still active; bytes
+    of another file, a path the deployment did not replace and a rolled-back deployment are refused
+    with nothing written. Accepted bytes land where rollback reads them, and the rollback works."""
+    from sglang_patcher.deploy import _agent_for
+    from sglang_patcher.errors import SglpatchError
+
+    res = apply(env)
+    did = res.deployment_id
+    backup = env.sp / ".sglpatch" / "backups" / did / SPEC
+    backup.unlink()
+    agent = _agent_for(env.t, env.host, env.info)
+    holder = make_holder(did)
+    for contents in ({SPEC: RELEASE[SPEC] + b"# not the original\n"}, {NEWMOD: b"REVISION = 1\n"}):
+        with pytest.raises(SglpatchError, match="not an original"):
+            agent.put_backups(did, contents, holder)
+        assert not backup.exists()
+    st = host_status(env.t, env.host, env.info, env.ps)
+    assert st.lock is None and st.bad_backups == {did: {SPEC: str(backup)}}
+    agent.put_backups(did, {SPEC: RELEASE[SPEC]}, holder)
+    assert backup.read_bytes() == RELEASE[SPEC]
+    rb = rollback_host(env.t, env.host, env.info, home=env.home)
+    assert rb.rolled_back == [did] and rb.backups_put_back == {}
+    assert_release(env)
+    with pytest.raises(SglpatchError, match="only an active deployment"):
+        agent.put_backups(did, {SPEC: RELEASE[SPEC]}, holder)
+
+
+def test_rollback_puts_back_lost_backups_from_the_local_copies(env):
+    """A backup gone from the host but kept locally (as every deployment's originals are): the
+    rollback puts it back (checked by sha256 on both sides) and restores the release."""
+    res = apply(env)
+    (env.sp / ".sglpatch" / "backups" / res.deployment_id / SPEC).unlink()
+    rb = rollback_host(env.t, env.host, env.info, home=env.home)
+    assert rb.rolled_back == [res.deployment_id]
+    assert rb.backups_put_back == {res.deployment_id: {SPEC: "local copies"}}
+    assert_release(env)
