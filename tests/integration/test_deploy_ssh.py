@@ -169,6 +169,21 @@ def test_failed_smoke_check_rolls_back_over_ssh(conn, ssh_host, sglang_target, s
     assert st.overall == "pristine" and st.lock is None and st.deployments[-1]["phase"] == "rolled_back"
 
 
+def test_lost_host_backup_is_put_back_over_ssh(conn, ssh_host, sglang_target, sglpatch_home, tmp_path):
+    """A backup deleted on the SSH host: rollback uploads the local copy (agent put_backups over
+    the exec channel, the payload hash-checked there), restores the release and says so."""
+    info = discover(conn, ssh_host)
+    ps = make_patchset(tmp_path / "ps", Path(sglang_target.site_packages))
+    res = apply_to_host(conn, ssh_host, info, ps, pristine=pristine_reader(sglang_target), home=sglpatch_home)
+    backup = Path(sglang_target.site_packages) / ".sglpatch" / "backups" / res.deployment_id / SPEC
+    backup.unlink()
+    rb = rollback_host(conn, ssh_host, info, home=sglpatch_home)
+    assert rb.rolled_back == [res.deployment_id]
+    assert rb.backups_put_back == {res.deployment_id: {SPEC: "local copies"}}
+    assert _live(sglang_target, SPEC) == info.record[SPEC] and sha(backup.read_bytes()) == info.record[SPEC]
+    assert not (Path(sglang_target.site_packages) / NEWMOD).exists()
+
+
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root to make a file the SSH user does not own")
 def test_root_owned_file_refused_before_any_write(conn, ssh_host, sglang_target, sglpatch_home, tmp_path):
     info = discover(conn, ssh_host)
