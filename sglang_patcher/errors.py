@@ -70,6 +70,12 @@ class HostKeyError(TransportError):
     pass
 
 
+class IdentityFileError(ConfigError, TransportError):
+    """A host's ``identity_file`` cannot serve as its SSH key (missing, unreadable, a directory, or
+    not a private key): bad configuration (exit 2), found when connecting — a TransportError too,
+    for callers that catch connection failures."""
+
+
 class RemoteCommandError(TransportError):
     """A command on a host exited non-zero. Carries the command, the exit code and the output tail."""
 

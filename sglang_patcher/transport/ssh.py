@@ -28,7 +28,7 @@ from invoke.exceptions import AmbiguousEnvVar, UncastableEnvVar, UnknownFileType
 from paramiko.ssh_exception import (BadHostKeyException, NoValidConnectionsError,
                                     SSHException)
 
-from ..errors import HostKeyError, TransportError
+from ..errors import HostKeyError, IdentityFileError, TransportError
 from .base import CommandResult
 
 _CHUNK = 1 << 16
@@ -138,7 +138,7 @@ class SSHTransport:
         if key and (os.path.isdir(key) or not os.access(key, os.R_OK)):  # paramiko would try other keys
             why = ("is a directory, not a key file" if os.path.isdir(key) else
                    "is not readable by this user" if os.path.exists(key) else "does not exist")
-            raise TransportError(f"{self.name}: identity_file {key} {why}",
+            raise IdentityFileError(f"{self.name}: identity_file {key} {why}",
                                  hint=f"fix identity_file of host {self.name} in hosts.yaml (a private key "
                                       f"file on this machine), or remove it to use your ssh agent")
         try:
@@ -188,7 +188,7 @@ class SSHTransport:
                                           "the key with ssh-add") from exc
             hint = None
             if key and ("private key" in text or "not a valid" in text):
-                raise TransportError(f"{self.name}: identity_file {key} is not a private key this client can read "
+                raise IdentityFileError(f"{self.name}: identity_file {key} is not a private key this client can read "
                                      f"({text})",
                                      hint=f"name the private key (not the .pub beside it) in identity_file of host "
                                           f"{self.name} in hosts.yaml; a passphrase-protected key goes in ssh-agent "

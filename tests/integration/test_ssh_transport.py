@@ -136,6 +136,7 @@ def test_a_missing_identity_file_is_named_before_any_connection(sshd, tmp_path):
         assert t.round_trips == 0
     assert f"identity_file {missing} does not exist" in ei.value.message
     assert "hosts.yaml" in ei.value.hint and "authentication" not in ei.value.message
+    assert ei.value.exit_code == 2, "a hosts.yaml setting: bad configuration, as the README's exit table says"
     with connect(sshd.host_entry(PY, identity_file=str(tmp_path))) as t:
         with pytest.raises(TransportError, match="is a directory, not a key file"):
             t.run(["true"])
@@ -144,6 +145,7 @@ def test_a_missing_identity_file_is_named_before_any_connection(sshd, tmp_path):
         with pytest.raises(TransportError) as ei:
             t.run(["true"])
     assert "is not a private key" in ei.value.message and ".pub" in ei.value.hint, str(ei.value)
+    assert ei.value.exit_code == 2
 
 
 def test_a_key_held_by_ssh_agent_is_used_without_identity_file(sshd, tmp_path, monkeypatch):
