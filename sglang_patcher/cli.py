@@ -36,21 +36,35 @@ class AppContext:
     console: Console = field(default_factory=lambda: Console(highlight=False))
     err: Console = field(default_factory=lambda: Console(stderr=True, highlight=False, soft_wrap=True))
     _inventory: Inventory | None = None
+    _lenient: Inventory | None = None
 
-    def inventory(self, *, required: bool = True) -> Inventory | None:
-        if self._inventory is None:
+    def inventory(self, *, required: bool = True, skip_bad_hosts: bool = False) -> Inventory | None:
+        """The inventory; with ``skip_bad_hosts``, invalid host entries are left out (with a warning
+        naming them, once) instead of refusing the whole file — for commands that act on one host."""
+        cached = self._lenient if skip_bad_hosts else self._inventory
+        if cached is None:
             try:
-                self._inventory = load_inventory(self.hosts_file)
+                cached = load_inventory(self.hosts_file, skip_bad_hosts=skip_bad_hosts)
             except InventoryError:
                 if required or self.hosts_file:
                     raise
                 return None
-        return self._inventory
+            if skip_bad_hosts:
+                self._lenient = cached
+            else:
+                self._inventory = cached
+        return cached
+
+    def _warn_skipped(self, inv: Inventory, name: str) -> None:
+        others = sorted(n for n in inv.invalid if n != name)
+        if others:
+            self.err.print(f"warning: {inv.path}: left out invalid host entr{'y' if len(others) == 1 else 'ies'} "
+                           f"{', '.join(others)} (`sglpatch hosts` says what is wrong)", markup=False)
 
     def host(self, name: str) -> Host:
         """Resolve a host name; ``sandbox`` falls back to the embedded default target."""
         try:
-            inv = self.inventory(required=name != "sandbox")
+            inv = self.inventory(required=name != "sandbox", skip_bad_hosts=True)
         except InventoryError as exc:
             if not self.hosts_file and not default_inventory_path().exists():  # no inventory at all
                 raise InventoryError(f"unknown host {name!r}: there is no inventory ({exc.message})",
@@ -58,8 +72,10 @@ class AppContext:
                                           f"FILE or ${HOSTS_ENV} (the repository's hosts.yaml shows the "
                                           f"format); `--host sandbox` needs no inventory") from exc
             raise
-        if inv is not None and name in inv.names():
-            return inv.get(name)
+        if inv is not None and inv.invalid:
+            self._warn_skipped(inv, name)
+        if inv is not None and (name in inv.names() or name in inv.invalid):
+            return inv.get(name)  # an invalid entry raises its own problem
         if name == "sandbox":
             from .sandbox import sandbox_host
             return sandbox_host()

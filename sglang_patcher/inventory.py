@@ -139,6 +139,8 @@ class Inventory(BaseModel):
 
     hosts: dict[str, Host] = Field(default_factory=dict)
     path: str | None = None
+    # host entries left out by ``load_inventory(..., skip_bad_hosts=True)``: name → (problem, fix)
+    invalid: dict[str, tuple[str, str]] = Field(default_factory=dict, exclude=True)
 
     @model_validator(mode="before")
     @classmethod
@@ -154,6 +156,9 @@ class Inventory(BaseModel):
 
     def get(self, name: str) -> Host:
         """The host called ``name``; raises InventoryError listing the known hosts."""
+        if name in self.invalid:
+            problem, fix = self.invalid[name]
+            raise InventoryError(f"{self.path or 'the inventory'}: host {name!r} is invalid: {problem}", hint=fix)
         try:
             return self.hosts[name]
         except KeyError:
@@ -175,11 +180,14 @@ def default_inventory_path() -> Path:
     return Path(env).expanduser() if env else Path("hosts.yaml")
 
 
-def load_inventory(path: str | os.PathLike[str] | None = None) -> Inventory:
+def load_inventory(path: str | os.PathLike[str] | None = None, *, skip_bad_hosts: bool = False) -> Inventory:
     """Read and validate an inventory file (default: :func:`default_inventory_path`).
 
     Raises :class:`InventoryError` (one, listing every problem with its line and fix) when the file is
-    missing, is not YAML, or does not validate.
+    missing, is not YAML, or does not validate. With ``skip_bad_hosts``, problems that lie inside
+    host entries leave those hosts out instead (``Inventory.invalid`` names each with its problem,
+    and ``get`` of one raises it), so that one broken entry does not stop work on the others;
+    problems of the file itself still raise.
     """
     p = Path(path) if path is not None else default_inventory_path()
     try:
@@ -200,10 +208,10 @@ def load_inventory(path: str | os.PathLike[str] | None = None) -> Inventory:
             f"{p}: line {line}: not UTF-8 text (byte 0x{raw[exc.start]:02x} at offset {exc.start})",
             hint="save the inventory as UTF-8 YAML (a comment in another encoding is enough to "
                  "break it)") from exc
-    return parse_inventory(text, origin=str(p))
+    return parse_inventory(text, origin=str(p), skip_bad_hosts=skip_bad_hosts)
 
 
-def parse_inventory(text: str, *, origin: str = "hosts.yaml") -> Inventory:
+def parse_inventory(text: str, *, origin: str = "hosts.yaml", skip_bad_hosts: bool = False) -> Inventory:
     """Validate inventory YAML ``text``; ``origin`` names it in errors. See :func:`load_inventory`."""
     try:
         node = yaml.compose(text, Loader=yaml.SafeLoader)
@@ -233,6 +241,12 @@ def parse_inventory(text: str, *, origin: str = "hosts.yaml") -> Inventory:
     try:
         inv = Inventory.model_validate({**data, "path": origin})
     except ValidationError as exc:
+        bad = _bad_hosts(exc, node) if skip_bad_hosts else None
+        if bad:
+            hosts = {n: e for n, e in data.get("hosts", {}).items() if str(n) not in bad}
+            inv = parse_inventory(yaml.safe_dump({**data, "hosts": hosts}), origin=origin)
+            inv.invalid = bad
+            return inv
         problems = [_describe(err, node) for err in exc.errors()]
         head = problems[0] if len(problems) == 1 else f"{len(problems)} problems"
         msg = f"{origin}: invalid inventory: {head}"
@@ -244,6 +258,21 @@ def parse_inventory(text: str, *, origin: str = "hosts.yaml") -> Inventory:
 
 
 # -- error mapping ---------------------------------------------------------------------------------
+
+def _bad_hosts(exc: ValidationError, node: yaml.Node | None) -> dict[str, tuple[str, str]] | None:
+    """{host name: (its problems, their fixes)} when every error of ``exc`` lies inside a host
+    entry; None when any lies at the file's top level (then the whole file is refused)."""
+    bad: dict[str, tuple[list[str], list[str]]] = {}
+    for err in exc.errors():
+        loc = tuple(p for p in err["loc"] if p != "path")
+        if len(loc) < 2 or loc[0] != "hosts":
+            return None
+        probs, fixes = bad.setdefault(str(loc[1]), ([], []))
+        probs.append(_describe(err, node))
+        if (fix := _fix(err)) not in fixes:
+            fixes.append(fix)
+    return {n: ("; ".join(p), "; ".join(f)) for n, (p, f) in bad.items()}
+
 
 def _first_duplicate_key(node: yaml.Node | None) -> tuple[str, int, int] | None:
     """(key, first line, second line) of the first mapping key defined twice, else None."""

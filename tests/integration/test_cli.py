@@ -383,6 +383,27 @@ def test_status_is_patched_after_a_rolled_back_revision_that_created_a_file(
     assert code == 0 and f"patched (ddtree r{applied['revision']})" in out, out
 
 
+def test_a_broken_host_entry_does_not_stop_work_on_the_other_hosts(capsys, tmp_path, sglpatch_home,
+                                                                   local_target):
+    """An inventory with one valid host and one broken entry: commands on the valid host run
+    (with a warning naming the broken one), the broken host's own command fails with its problem
+    (exit 2), and `hosts` — the inventory check — still refuses the file."""
+    from sglang_patcher.inventory import Host
+
+    hosts = write_hosts(tmp_path / "hosts.yaml", Host(name="here", transport="local", python=str(local_target)))
+    with open(hosts, "a") as f:
+        f.write("  typo:\n    hostname: 10.0.0.2\n    pyton: /usr/bin/python3\n")
+    h = ["--hosts", str(hosts)]
+    code, data, err = run_json(capsys, *h, "status", "--host", "here")
+    assert code == 0 and data["overall"] == "pristine", data
+    assert "left out invalid host entry typo" in err and "sglpatch hosts" in err, err
+    code, data, err = run_json(capsys, *h, "status", "--host", "typo")
+    assert code == 2 and "host 'typo' is invalid" in data["error"] and "did you mean `python`" in data["error"]
+    assert "left out" not in err  # no warning about the very host that was asked for
+    code, data, _ = run_json(capsys, *h, "hosts")
+    assert code == 2 and "invalid inventory" in data["error"], data
+
+
 def test_json_errors_are_one_document_on_stdout(capsys, tmp_path, sglpatch_home):
     code, data, _ = run_json(capsys, "diff", "no-such-patchset", "--sglang", VERSION)
     assert code == 3

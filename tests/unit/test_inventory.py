@@ -230,3 +230,36 @@ def test_a_missing_file_is_named_by_its_absolute_path(tmp_path, monkeypatch):
     with pytest.raises(InventoryError) as ei:
         load_inventory("hosts.yaml")
     assert str(tmp_path / "hosts.yaml") in str(ei.value) and "--hosts" in (ei.value.hint or "")
+
+
+def test_one_broken_host_entry_leaves_the_others_usable_when_asked():
+    """``skip_bad_hosts``: problems inside host entries leave those hosts out (each named with
+    its problem, and ``get`` of one raises that problem) and the valid hosts load; problems of
+    the file itself still refuse it; without the flag the whole file is refused as before."""
+    text = textwrap.dedent("""\
+        hosts:
+          good:
+            hostname: 10.0.0.1
+            python: /usr/bin/python3
+            tags: [gpu]
+          typo:
+            hostname: 10.0.0.2
+            pyton: /usr/bin/python3
+          relative:
+            hostname: 10.0.0.3
+            python: bin/python
+          empty:
+        """)
+    inv = parse_inventory(text, origin="inv.yaml", skip_bad_hosts=True)
+    assert inv.names() == ["good"] and inv.with_tag("gpu") == [inv.get("good")]
+    assert set(inv.invalid) == {"typo", "relative", "empty"}
+    problem, fix = inv.invalid["typo"]
+    assert "line 8" in problem and "did you mean `python`" in problem and "absolute path" in fix
+    with pytest.raises(InventoryError, match=r"inv.yaml: host 'relative' is invalid: line 11: .*absolute path"):
+        inv.get("relative")
+    with pytest.raises(InventoryError, match="unknown host 'nope'"):
+        inv.get("nope")
+    with pytest.raises(InventoryError, match="3 problems|4 problems"):
+        parse_inventory(text, origin="inv.yaml")
+    with pytest.raises(InventoryError, match="unknown field `hostz`"):  # the file's own top level
+        parse_inventory(text + "hostz: {}\n", origin="inv.yaml", skip_bad_hosts=True)
