@@ -582,8 +582,15 @@ class DeployPlan:
                 "pristine_sources": self.pristine_sources}
 
     def __rich__(self):
-        return _files_table(f"{self.patchset} r{self.revision} on {self.host} "
-                            f"(sglang {self.sglang_version}): {self.kind}", self.files.values(), plan=True)
+        stat = diffstat(self.diff)
+        t = _files_table(f"{self.patchset} r{self.revision} on {self.host} "
+                         f"(sglang {self.sglang_version}): {self.kind}", self.files.values(), plan=True,
+                         stat=stat)
+        if stat:
+            added, removed = sum(a for a, _ in stat.values()), sum(r for _, r in stat.values())
+            t.caption = (f"{len(stat)} file(s) in the diff, +{added:,} −{removed:,} lines; "
+                         f"`sglpatch diff {self.patchset} --host {self.host}` prints it")
+        return t
 
 
 @dataclass
@@ -912,16 +919,34 @@ def diff_view(text: str):
     return Syntax(text, "diff", theme="ansi_dark", word_wrap=False)
 
 
-def _files_table(title: str, files: Any, plan: bool = False):
+def diffstat(diff: str) -> dict[str, tuple[int, int]]:
+    """{path: (lines added, lines removed)} of unified diff text (parsed by unidiff); {} for an
+    empty diff or one that does not parse."""
+    from unidiff import PatchSet
+    from unidiff.errors import UnidiffParseError
+
+    if not diff:
+        return {}
+    try:
+        return {f.path: (f.added, f.removed) for f in PatchSet(diff)}
+    except UnidiffParseError:
+        return {}
+
+
+def _files_table(title: str, files: Any, plan: bool = False, stat: dict[str, tuple[int, int]] | None = None):
     from rich.table import Table
 
     t = Table(title=title)
-    for col in ("file", "state", "live", "action"):
-        t.add_column(col, overflow="fold")
+    for col in ("file", "state", "live", "action") + (("lines",) if stat else ()):
+        t.add_column(col, overflow="fold", justify="right" if col == "lines" else "left")
     styles = {"pristine": "green", "patched": "cyan", "older": "magenta", "drifted": "bold red"}
     for f in sorted(files, key=lambda f: f.path):
         st = f.state + (f" r{f.found_revision}" if f.found_revision is not None else "")
-        t.add_row(f.path, f"[{styles.get(f.state, '')}]{st}[/]", (f.live or "absent")[:12], f.action)
+        row = [f.path, f"[{styles.get(f.state, '')}]{st}[/]", (f.live or "absent")[:12], f.action]
+        if stat:
+            a, r = stat.get(f.path, (0, 0))
+            row.append(f"+{a} −{r}" if f.path in stat else "")
+        t.add_row(*row)
     return t
 
 
