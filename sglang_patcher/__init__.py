@@ -14,7 +14,7 @@ from .deploy import (DeployPlan, DeployResult, RollbackResult, StatusReport, app
                      host_status, plan_apply, rollback_host)
 from .discovery import HostInfo, discover
 from .errors import (ApplyError, CheckFailedError, ConfigError, DeployError, DiscoveryError,
-                     DriftError, HostKeyError, InventoryError, LockHeldError, PatchsetError,
+                     DriftError, HostKeyError, IdentityFileError, InventoryError, LockHeldError, PatchsetError,
                      RemoteCommandError, SglpatchError, StateError, TransportError,
                      UnsupportedVersionError)
 from .inventory import Host, Inventory, load_inventory
@@ -40,7 +40,7 @@ __all__ = [
     "host_status", "rollback_host", "CheckReport", "CheckResult", "run_checks",
     # errors
     "SglpatchError", "ConfigError", "InventoryError", "PatchsetError", "UnsupportedVersionError",
-    "ApplyError", "TransportError", "HostKeyError", "RemoteCommandError", "DiscoveryError",
+    "ApplyError", "TransportError", "HostKeyError", "IdentityFileError", "RemoteCommandError", "DiscoveryError",
     "DriftError", "DeployError", "LockHeldError", "CheckFailedError", "StateError",
     "__version__",
 ]

@@ -683,6 +683,7 @@ class StatusReport:
     bad_backups: dict[str, dict[str, str]] = field(default_factory=dict)  # id → {path: backup} a rollback lacks
     local_backups: dict[str, str] = field(default_factory=dict)  # id → local copies' dir, for bad_backups
     note: str | None = None  # what the verdict rests on, where that is not obvious (no records, no files)
+    unchecked: bool = False  # no file could be judged (no records, no patchset for the release): "unknown"
 
     @property
     def active(self) -> list[dict[str, Any]]:
@@ -707,6 +708,8 @@ class StatusReport:
             return "damaged"
         if self.journal:
             return "pending"
+        if self.unchecked:
+            return "unknown"
         if not self.files:
             return "pristine" if not any(d.get("phase") in ACTIVE for d in self.deployments) else "unknown"
         # Files no active deployment holds (e.g. a module a rolled-back revision created) must be
@@ -822,6 +825,7 @@ class RollbackResult:
     round_trips: int = 0
     seconds: float = 0.0
     backups_put_back: dict[str, dict[str, str]] = field(default_factory=dict)  # id → {path: source}
+    drift_kept: dict[str, str] = field(default_factory=dict)  # path → where --force kept its edited bytes
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -840,10 +844,13 @@ class RollbackResult:
         t.add_column("restored sha256")
         for p, h in sorted(self.files.items()):
             t.add_row(p, h or "(removed)")
+        notes = [f"{p}: its edited bytes were kept at {k} (host)" for p, k in sorted(self.drift_kept.items())]
         if self.backups_put_back:
-            t.caption = "; ".join(
+            notes.append("; ".join(
                 f"{did}: {len(got)} lost backup(s) put back on the host first, verified by sha256, from "
-                + ", ".join(sorted(set(got.values()))) for did, got in sorted(self.backups_put_back.items()))
+                + ", ".join(sorted(set(got.values()))) for did, got in sorted(self.backups_put_back.items())))
+        if notes:
+            t.caption = "\n".join(notes)
         return t
 
 
@@ -985,6 +992,29 @@ def save_local_record(home: Path, host: str, record: dict[str, Any],
         f.parent.mkdir(parents=True, exist_ok=True)
         f.write_bytes(data)
     return rec_path
+
+
+def sync_local_records(home: Path, host: str, host_records: list[dict[str, Any]]) -> list[str]:
+    """Bring the local copies of ``host``'s records up to the host's (the host's records are the
+    truth): a local copy whose phase differs — a run interrupted after the host changed and
+    before the copy was written — is rewritten. Returns the ids rewritten; never raises for a
+    local copy it cannot read or write (they are copies)."""
+    done = []
+    for rec in host_records:
+        if not isinstance(rec, dict) or _is_damaged(rec) or not rec.get("id"):
+            continue
+        path = _local_paths(home, host, str(rec["id"]))[0]
+        try:
+            local = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        if isinstance(local, dict) and local.get("phase") != rec.get("phase"):
+            try:
+                save_local_record(home, host, rec)
+            except OSError:
+                continue
+            done.append(str(rec["id"]))
+    return done
 
 
 def check_local_writable(home: Path, host: str) -> None:
@@ -1187,6 +1217,7 @@ def apply_to_host(transport: Transport, host: Any, info: Any, patchset: Any, *, 
     progress("inspect", f"hashing {len(paths)} file(s) on {name}")
     ins = agent.inspect(sorted(paths))
     check_host_records(name, ins)
+    sync_local_records(home, name, ins.get("deployments", []))
     _refuse_downgrade(name, ins, patchset)
     recovered: list[str] = []
 
@@ -1342,6 +1373,7 @@ def rollback_host(transport: Transport, host: Any, info: Any, deployment_id: str
     agent = _agent_for(transport, host, info)
     hist = agent.history()
     check_host_records(name, hist)
+    sync_local_records(home, name, hist.get("deployments", []))
     records = {d["id"]: d for d in hist.get("deployments", [])}
     j = hist.get("journal")
     if j is not None:
@@ -1382,6 +1414,7 @@ def rollback_host(transport: Transport, host: Any, info: Any, deployment_id: str
     if deployment_id is not None and not todo:
         already.append(deployment_id)
     put_back: dict[str, dict[str, str]] = {}
+    kept: dict[str, str] = {}
     for d in todo:
         holder = make_holder(d["id"])
         progress("rollback", f"{d['id']} ({d.get('patchset')} r{d.get('revision')}, {len(d.get('files', {}))} files)")
@@ -1392,22 +1425,32 @@ def rollback_host(transport: Transport, host: Any, info: Any, deployment_id: str
                 raise
             missing = exc.details.get("backups", {})
             found = _recover_backups(home, name, info, d, missing)
-            if not missing or set(found) != set(missing):
-                exc.hint = _missing_backups_hint(home, name, d["id"], missing,
-                                                 local=isinstance(transport, LocalTransport))
+            if found:  # verified originals: harmless to put back even when others stay lost
+                agent.put_backups(d["id"], {p: data for p, (data, _) in found.items()}, holder,
+                                  break_lock=takeover)
+                put_back[d["id"]] = {p: src for p, (_, src) in found.items()}
+                progress("rollback", f"{d['id']}: put back {len(found)} lost backup(s) from "
+                                     f"{', '.join(sorted(set(put_back[d['id']].values())))}")
+            lost = {p: b for p, b in missing.items() if p not in found}
+            if not missing:
                 raise
-            agent.put_backups(d["id"], {p: data for p, (data, _) in found.items()}, holder, break_lock=takeover)
-            put_back[d["id"]] = {p: src for p, (_, src) in found.items()}
-            progress("rollback", f"{d['id']}: put back {len(found)} lost backup(s) from "
-                                 f"{', '.join(sorted(set(put_back[d['id']].values())))}")
+            if lost:
+                raise StateError(
+                    f"{name}: {len(lost)} backup(s) of deployment {d['id']} are missing or damaged on the host and "
+                    f"no copy with the recorded sha256 is left (local copies, mirror, release wheel): "
+                    f"{', '.join(sorted(lost.values()))}; nothing was restored"
+                    + (f" ({len(found)} other lost backup(s) were put back)" if found else ""),
+                    hint=_missing_backups_hint(home, name, d["id"], lost,
+                                               local=isinstance(transport, LocalTransport))) from exc
             out = agent.rollback(d["id"], holder, break_lock=takeover, force=force)
         (already if out.get("already") else rolled).append(d["id"])
+        kept.update(out["deployment"].get("drift_kept") or {})
         save_local_record(home, name, out["deployment"])
         for p, f in out["deployment"].get("files", {}).items():
             final[p] = f.get("before")
     return RollbackResult(host=name, rolled_back=rolled, files=final, already=already,
                           round_trips=transport.round_trips - rt0, seconds=time.monotonic() - t0,
-                          backups_put_back=put_back)
+                          backups_put_back=put_back, drift_kept=kept)
 
 
 def _recover_backups(home: Path, name: str, info: Any, record: dict[str, Any],
@@ -1485,8 +1528,11 @@ def _missing_backups_hint(home: Path, host: str, deployment_id: str, backups: di
     how = "" if local or whole else " (e.g. with scp)"
     text = ("; ".join(lines) + how + ", then rerun `sglpatch rollback --host " + host + "`") if lines else ""
     if lost:
-        text += ("; " if text else "") + (f"no local copy of {', '.join(lost)} either: reinstall the SGLang release "
-                                          "on the host or restore those files by hand, then check `sglpatch status`")
+        text += ("; " if text else "") + (f"no local copy of {', '.join(lost)} either: put a copy with the sha256 "
+                                          "the deployment's record names as `before` at each backup path and "
+                                          "roll back again (only those bytes are the originals); failing that, "
+                                          "reinstall the SGLang release on the host — which does not bring "
+                                          "back what those originals held — and check `sglpatch status`")
     return text
 
 

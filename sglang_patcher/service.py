@@ -353,27 +353,52 @@ def host_status(host: Host, *, patchset: str | None = None) -> deploy.StatusRepo
     ps = load_patchset(patchset) if patchset else None
     with _session(host) as (transport, info):
         report = deploy.host_status(transport, host, info, ps)
-    if ps is None and not report.files and not report.deployments and report.journal is None:
-        report.note = _unrecorded_note(str(info.sglang_version))
+        if (ps is None and not report.files and not report.deployments and report.journal is None
+                and not report.damaged):
+            report = _status_without_records(transport, host, info, report)
     return report
 
 
-def _unrecorded_note(version: str) -> str:
-    """Why a host without sglpatch records reads "pristine", and how to check its files."""
+def _status_without_records(transport: Any, host: Host, info: Any,
+                            bare: deploy.StatusReport) -> deploy.StatusReport:
+    """A host with no sglpatch record: its state is still decided by hashes — the files of every
+    patchset here that targets its release, judged against each (one round trip each); the first
+    that is not pristine is the report, else the first. No such patchset: ``bare`` marked
+    unchecked (overall "unknown"). The note says what the verdict rests on."""
+    version = str(info.sglang_version)
+    fits, others = _patchsets_for(version)
+    said = "no sglpatch deployment is recorded on this host"
+    if not fits:
+        bare.unchecked = True
+        bare.note = (f"{said} and no patchset here supports sglang {version}, so no file was checked" +
+                     (f" (supported: {'; '.join(f'{p.name} ({v})' for p, v in others)})" if others else ""))
+        return bare
+    judged = [deploy.host_status(transport, host, info, p) for p in fits]
+    report = next((r for r in judged if r.overall != "pristine"), judged[0])
+    names = ", ".join(f"{p.name} r{p.revision}" for p in fits)
+    report.note = f"{said}; judged by the files of {names}"
+    if report.overall != "pristine":
+        report.note += (f" — {report.patchset}'s files are {report.overall} with no record of a deployment "
+                        f"(its records lost or moved?): rollback cannot undo this; restore the host's "
+                        f".sglpatch/ records, or reinstall sglang {version}")
+    return report
+
+
+def _patchsets_for(version: str) -> tuple[list[Any], list[tuple[Any, str]]]:
+    """The loadable patchsets that target sglang ``version``, and the others with their releases."""
     from .patchset import available_patchsets
 
     fits, others = [], []
-    for name, where in sorted(available_patchsets().items()):
+    for _name, where in sorted(available_patchsets().items()):
         try:
             ps = load_patchset(where)
         except SglpatchError:
             continue
-        (fits if version in ps.versions else others).append(f"{name} ({', '.join(ps.versions)})")
-    said = "no sglpatch deployment is recorded on this host, so no file was checked"
-    if fits:
-        return f"{said}; `--patchset NAME` checks a patchset's files: {', '.join(fits)}"
-    return (f"{said}; no patchset here supports sglang {version}" +
-            (f" (supported: {'; '.join(others)})" if others else ""))
+        if version in ps.versions:
+            fits.append(ps)
+        else:
+            others.append((ps, ", ".join(ps.versions)))
+    return fits, others
 
 
 def rollback(host: Host, *, deployment: str | None = None, break_lock: bool = False,

@@ -103,11 +103,14 @@ def wheels_dir(home: Path | None = None) -> Path:
 
 def _check_version(version: str) -> str:
     try:
-        Version(version)
+        canon = str(Version(version))
     except InvalidVersion:
         raise PatchsetError(f"{version!r} is not a valid SGLang version", hint="e.g. 0.5.23") from None
     if not re.match(r"^[0-9A-Za-z.+!-]+$", version):
         raise PatchsetError(f"{version!r} is not a valid SGLang version", hint="e.g. 0.5.23")
+    if canon != version:  # v0.5.23, 0.5.23-rc1: the same release written another way
+        raise PatchsetError(f"sglang {version!r} is written {canon} by PyPI: write it as {canon}",
+                            hint=f"e.g. `sglpatch patchset tree {canon}`")
     return version
 
 
@@ -154,6 +157,11 @@ def pristine_tree(version: str, home: Path | None = None, *, verify: bool = Fals
     whl = _cached_wheel(wheels, version)
     if whl is None:
         whl = _download(version, wheels)
+    named = whl.name.split("-")[1]   # the release as its wheel writes it
+    if named != version:             # equal as versions (0.5.23.0 == 0.5.23): one tree per release
+        shutil.rmtree(final, ignore_errors=True)
+        raise PatchsetError(f"sglang {version!r} is release {named} (its wheel {whl.name}): write it as {named}",
+                            hint=f"e.g. `sglpatch patchset tree {named}`")
     try:
         return tree_from_wheel(whl, version, final)
     except PatchsetError as exc:

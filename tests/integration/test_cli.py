@@ -340,12 +340,13 @@ def test_rollback_refuses_hand_edits_made_after_the_deploy_then_keeps_them_with_
     assert live_hash(site, "sglang/srt/speculative/spec_info.py") != record[
         "sglang/srt/speculative/spec_info.py"], "the other files stay deployed too"
 
-    code, _, err = run_cli(capsys, "--hosts", str(hosts), "rollback", "--host", "here", "--force")
+    code, out, err = run_cli(capsys, "--hosts", str(hosts), "rollback", "--host", "here", "--force")
     assert code == 0, err
     for rel in ("sglang/srt/speculative/spec_utils.py", "sglang/srt/speculative/spec_info.py"):
         assert live_hash(site, rel) == record[rel]
     kept = list((site / ".sglpatch" / "backups").glob("*.drifted/sglang/srt/speculative/spec_utils.py"))
     assert len(kept) == 1 and kept[0].read_bytes() == edited, "the hand edit must not be lost"
+    assert "its edited bytes were kept at" in " ".join(out.split()), out  # and the user is told where
 
 
 def test_status_is_patched_after_a_rolled_back_revision_that_created_a_file(
@@ -738,11 +739,18 @@ def test_a_lost_host_backup_with_no_verified_source_restores_nothing_and_then_is
     mirror = sglpatch_home / "mirrors" / "here"
     assert (mirror / VERSION / "tree" / rel).read_bytes() == edited  # apply's snapshot holds it too
     shutil.move(mirror, tmp_path / "mirror-aside")
+    other = "sglang/srt/speculative/spec_info.py"  # a release file: the wheel still has its original
+    other_backup = state / "backups" / did / other
+    original_other = other_backup.read_bytes()
+    other_backup.unlink()
+    (sglpatch_home / "backups" / "here" / did / other).unlink()
     before = {p: p.read_bytes() for p in (sp / "sglang").rglob("*.py")}
     code, data, _ = run_json(capsys, *h, "rollback", "--host", "here")
     assert code == 10, data
     assert str(lost) in data["error"] and "nothing was restored" in data["error"]
-    assert f"no local copy of {rel} either" in data["hint"], data["hint"]
+    assert str(other_backup) not in data["error"] and "1 other lost backup(s) were put back" in data["error"], data
+    assert other_backup.read_bytes() == original_other, "the one that could be found is back on the host"
+    assert f"no local copy of {rel} either" in data["hint"] and other not in data["hint"], data["hint"]
     assert {p: p.read_bytes() for p in (sp / "sglang").rglob("*.py")} == before, "nothing restored"
     assert not (state / "journal.json").exists() and not (state / "lock").exists() and not lost.exists()
     code, data, _ = run_json(capsys, *h, "status", "--host", "here")
@@ -750,7 +758,7 @@ def test_a_lost_host_backup_with_no_verified_source_restores_nothing_and_then_is
     shutil.move(aside, local_copy)
     code, data, _ = run_json(capsys, *h, "rollback", "--host", "here")
     assert code == 0, data
-    assert data["backups_put_back"] == {did: {rel: "local copies"}}, data
+    assert data["backups_put_back"] == {did: {rel: "local copies"}}, data  # the other was put back before
     assert target.read_bytes() == edited, "the original (the hand edit) is back"
     code, out, _ = run_cli(capsys, *h, "status", "--host", "here")
     assert code == 0 and "1 lost backup" not in out
@@ -859,7 +867,7 @@ def test_declining_the_prompt_deploys_nothing_and_exits_1(capsys, tmp_path, sglp
     code, out, err = run_cli(capsys, "--hosts", str(hosts), "apply", "ddtree", "--host", "here")
     assert code == 1 and asked == ["Deploy to here?"], (out, err)
     assert "not deployed: nothing was changed on here" in err
-    assert out.count("spec_info.py") == 1, out  # the plan, once
+    assert out.count(" on here (sglang ") == 1 and "lines" in out, out  # the plan (its title), once
     assert {p: p.read_bytes() for p in (sp / "sglang").rglob("*.py")} == before
     assert not (sp / ".sglpatch" / "lock").exists()
 
@@ -927,22 +935,40 @@ def test_status_says_whether_a_lock_holder_is_gone(capsys, tmp_path, sglpatch_ho
     assert run_json(capsys, *h, "rollback", "--host", "here")[0] == 0
 
 
-def test_status_of_a_host_without_records_says_what_it_rests_on(capsys, tmp_path, sglpatch_home, local_target):
-    """No sglpatch record on the host: "pristine" comes with a note that no file was checked and
-    which patchsets `--patchset` could check for this release (or that none supports it)."""
+def test_status_of_a_host_without_records_judges_the_files_of_the_patchsets_for_its_release(
+        capsys, tmp_path, sglpatch_home, local_target):
+    """No sglpatch record on the host: status still decides by hashes, judging the files of every
+    patchset that targets the release (here ddtree), and says so. A host patched whose records
+    were lost reads "patched" (so `--expect pristine` fails), with what to do; a release no
+    patchset supports reads "unknown" — never "pristine" with nothing checked."""
+    import shutil
+    from types import SimpleNamespace
+
+    from sglang_patcher.deploy import StatusReport
     from sglang_patcher.inventory import Host
-    from sglang_patcher.service import _unrecorded_note
+    from sglang_patcher.service import _status_without_records
 
     hosts = write_hosts(tmp_path / "hosts.yaml", Host(name="here", transport="local", python=str(local_target)))
-    code, data, _ = run_json(capsys, "--hosts", str(hosts), "status", "--host", "here")
-    assert code == 0 and data["overall"] == "pristine" and data["files"] == [], data
-    assert "no file was checked" in data["note"] and f"ddtree ({VERSION})" in data["note"], data["note"]
-    code, out, _ = run_cli(capsys, "--hosts", str(hosts), "status", "--host", "here")
-    assert "--patchset NAME" in " ".join(out.split())
-    code, data, _ = run_json(capsys, "--hosts", str(hosts), "status", "--host", "here", "--patchset", "ddtree")
-    assert data["note"] is None and len(data["files"]) == 20, data  # judged against the patchset: checked
-    assert _unrecorded_note("0.5.22") == ("no sglpatch deployment is recorded on this host, so no file was "
-                                          f"checked; no patchset here supports sglang 0.5.22 (supported: ddtree ({VERSION}))")
+    h = ["--hosts", str(hosts)]
+    code, data, _ = run_json(capsys, *h, "status", "--host", "here")
+    assert code == 0 and data["overall"] == "pristine" and len(data["files"]) == 20, data
+    assert data["note"].startswith("no sglpatch deployment is recorded on this host; judged by the files of ddtree r"), data
+    assert run_json(capsys, *h, "status", "--host", "here", "--expect", "pristine")[0] == 0
+    code, data, _ = run_json(capsys, *h, "status", "--host", "here", "--patchset", "ddtree")
+    assert data["note"] is None and len(data["files"]) == 20, data  # judged against the patchset: no note
+    assert run_json(capsys, *h, "apply", "ddtree", "--host", "here", "--yes")[0] == 0
+    shutil.move(local_target.site_packages / ".sglpatch", tmp_path / "records-aside")
+    code, data, _ = run_json(capsys, *h, "status", "--host", "here", "--expect", "pristine")
+    assert code == 1 and data["overall"] == "patched", data
+    assert "no record of a deployment" in data["note"] and "rollback cannot undo" in data["note"], data["note"]
+    shutil.move(tmp_path / "records-aside", local_target.site_packages / ".sglpatch")
+    assert run_json(capsys, *h, "rollback", "--host", "here")[0] == 0
+    bare = StatusReport(host="here", sglang_version="0.5.22", files=[], deployments=[], journal=None, lock=None)
+    rep = _status_without_records(None, Host(name="here", transport="local", python=str(local_target)),
+                                  SimpleNamespace(sglang_version="0.5.22"), bare)
+    assert rep.overall == "unknown" and rep.note == (
+        "no sglpatch deployment is recorded on this host and no patchset here supports sglang 0.5.22, so no "
+        f"file was checked (supported: ddtree ({VERSION}))"), rep.note
 
 
 def test_status_expect_turns_the_state_into_the_exit_code(capsys, tmp_path, sglpatch_home, local_target):

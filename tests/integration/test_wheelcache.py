@@ -204,3 +204,15 @@ def test_extraction_killed_half_way_is_never_trusted(tmp_path):
 def test_invalid_version_string(tmp_path):
     with pytest.raises(PatchsetError, match="not a valid SGLang version"):
         pristine_tree("not a version", home=tmp_path)
+
+
+def test_a_release_written_another_way_is_refused_not_cached_twice(tmp_path):
+    """``9.9.9.0`` equals 9.9.9 as a version and pip would hand over 9.9.9's wheel; ``v9.9.9`` is
+    9.9.9 too. Each is refused with the release's own spelling, and no second tree is built."""
+    home = tmp_path / "home"
+    cached_wheel(home)
+    for text in ("9.9.9.0", "v9.9.9"):
+        with pytest.raises(PatchsetError, match="write it as 9.9.9"):
+            pristine_tree(text, home=home)
+    assert sorted(p.name for p in (home / "wheels").iterdir() if p.is_dir()) == []
+    assert pristine_tree(V, home=home).root.name == "sglang-9.9.9"

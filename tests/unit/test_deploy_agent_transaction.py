@@ -585,3 +585,20 @@ def test_rollback_puts_back_lost_backups_from_the_local_copies(env):
     assert rb.rolled_back == [res.deployment_id]
     assert rb.backups_put_back == {res.deployment_id: {SPEC: "local copies"}}
     assert_release(env)
+
+
+def test_a_local_record_left_behind_by_an_interrupted_run_is_brought_up_to_the_host(env):
+    """A rollback interrupted after the host rolled back and before the local copy was rewritten
+    (Ctrl-C there) leaves the copy saying "verified". The next rollback or apply reads the host's
+    records and rewrites the copy: the host's records are the truth."""
+    res = apply(env)
+    rollback_host(env.t, env.host, env.info, home=env.home)
+    local = Path(res.local_record)
+    stale = dict(json.loads(local.read_text()), phase="verified")
+    local.write_text(json.dumps(stale))
+    again = rollback_host(env.t, env.host, env.info, home=env.home)
+    assert again.rolled_back == [] and again.already == [res.deployment_id]
+    assert json.loads(local.read_text())["phase"] == "rolled_back"
+    local.write_text(json.dumps(stale))
+    assert apply(env).status == "applied"
+    assert json.loads(local.read_text())["phase"] == "rolled_back"
