@@ -119,17 +119,19 @@ def status_cmd(app: AppContext, host_name: str, patchset: str | None, expect: st
     Exit 0 whatever the state, unless --expect names another one."""
     report = service.host_status(app.host(host_name), patchset=patchset)
     missed = expect is not None and report.overall != expect
+    said = f"{report.host} is {report.overall}, not {expect} (--expect)"
     if app.as_json:
         data = report.to_json()
         if expect is not None:
             data["expected"] = expect
-        if missed:
-            data.update(ok=False, exit_code=1)
+        if missed:  # the shape of an error document too (error, hint, exit_code, type), plus the report
+            data.update(ok=False, exit_code=1, error=said, type="ExpectationFailed",
+                        hint=report.note or "the files and deployments above say why")
         app.result(data)
     else:
         app.result(report)
         if missed:
-            app.err.print(f"{report.host} is {report.overall}, not {expect} (--expect)", markup=False)
+            app.err.print(said, markup=False)
     if missed:
         raise click.exceptions.Exit(1)
 

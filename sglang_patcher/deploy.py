@@ -586,10 +586,11 @@ class DeployPlan:
         t = _files_table(f"{self.patchset} r{self.revision} on {self.host} "
                          f"(sglang {self.sglang_version}): {self.kind}", self.files.values(), plan=True,
                          stat=stat)
-        if stat:
-            added, removed = sum(a for a, _ in stat.values()), sum(r for _, r in stat.values())
-            t.caption = (f"{len(stat)} file(s) in the diff, +{added:,} −{removed:,} lines; "
-                         f"`sglpatch diff {self.patchset} --host {self.host}` prints it")
+        writes = {p: n for p, n in stat.items() if p in self.files and self.files[p].action in ("write", "delete")}
+        if writes:  # lines: the patchset's diff from pristine, for the files this apply writes
+            added, removed = sum(a for a, _ in writes.values()), sum(r for _, r in writes.values())
+            t.caption = (f"{len(writes)} file(s) written; their diff from pristine: +{added:,} −{removed:,} "
+                         f"lines (`sglpatch diff {self.patchset} --host {self.host}` prints it)")
         return t
 
 
@@ -950,9 +951,9 @@ def _files_table(title: str, files: Any, plan: bool = False, stat: dict[str, tup
     for f in sorted(files, key=lambda f: f.path):
         st = f.state + (f" r{f.found_revision}" if f.found_revision is not None else "")
         row = [f.path, f"[{styles.get(f.state, '')}]{st}[/]", (f.live or "absent")[:12], f.action]
-        if stat:
+        if stat:  # only where this apply writes: a file already at this revision changes nothing
             a, r = stat.get(f.path, (0, 0))
-            row.append(f"+{a} −{r}" if f.path in stat else "")
+            row.append(f"+{a} −{r}" if f.path in stat and f.action in ("write", "delete") else "")
         t.add_row(*row)
     return t
 

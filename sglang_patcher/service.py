@@ -430,6 +430,8 @@ def latest_deployment_host(home: Path | None = None) -> str:
             rec = json.loads(f.read_text())
         except (OSError, ValueError):
             continue
+        if not isinstance(rec, dict):  # not a record (hand-edited or foreign): passed over
+            continue
         stamp = str(rec.get("created") or rec.get("started") or rec.get("id") or "")
         host = rec.get("host") or f.parent.name
         if newest is None or stamp > newest[0]:

@@ -980,6 +980,8 @@ def test_status_expect_turns_the_state_into_the_exit_code(capsys, tmp_path, sglp
     h = ["--hosts", str(hosts), "status", "--host", "here", "--patchset", "ddtree"]
     code, data, _ = run_json(capsys, *h, "--expect", "patched")
     assert code == 1 and data["ok"] is False and data["overall"] == "pristine" and data["expected"] == "patched", data
+    assert data["error"] == "here is pristine, not patched (--expect)" and data["exit_code"] == 1, data
+    assert data["type"] == "ExpectationFailed" and data["hint"], data
     code, out, err = run_cli(capsys, *h, "--expect", "patched")
     assert code == 1 and "here is pristine, not patched (--expect)" in err and "pristine" in out
     assert run_json(capsys, *h, "--expect", "pristine")[0] == 0

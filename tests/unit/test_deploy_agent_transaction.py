@@ -602,3 +602,21 @@ def test_a_local_record_left_behind_by_an_interrupted_run_is_brought_up_to_the_h
     local.write_text(json.dumps(stale))
     assert apply(env).status == "applied"
     assert json.loads(local.read_text())["phase"] == "rolled_back"
+
+
+def test_rollback_without_a_host_passes_over_local_records_that_are_not_records(tmp_path):
+    """``rollback`` without --host takes the host of the newest local record; a file there that
+    is JSON but not an object (hand-edited, foreign) is passed over, not a traceback."""
+    from sglang_patcher.errors import StateError
+    from sglang_patcher.service import latest_deployment_host
+
+    d = tmp_path / "deployments"
+    (d / "gpu-1").mkdir(parents=True)
+    (d / "gpu-1" / "20261201T000000Z-ddtree-r2-aaaaaa.json").write_text(
+        json.dumps({"id": "20261201T000000Z-ddtree-r2-aaaaaa", "host": "gpu-1"}))
+    (d / "gpu-2").mkdir()
+    (d / "gpu-2" / "20261201T090000Z-ddtree-r2-bbbbbb.json").write_text("[]")
+    assert latest_deployment_host(tmp_path) == "gpu-1"
+    (d / "gpu-1" / "20261201T000000Z-ddtree-r2-aaaaaa.json").write_text('"a string"')
+    with pytest.raises(StateError, match="no local deployment records"):
+        latest_deployment_host(tmp_path)
