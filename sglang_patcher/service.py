@@ -353,10 +353,34 @@ def host_status(host: Host, *, patchset: str | None = None) -> deploy.StatusRepo
     ps = load_patchset(patchset) if patchset else None
     with _session(host) as (transport, info):
         report = deploy.host_status(transport, host, info, ps)
-        if (ps is None and not report.files and not report.deployments and report.journal is None
-                and not report.damaged):
-            report = _status_without_records(transport, host, info, report)
+        if ps is None and report.journal is None and not report.damaged:
+            if not report.files and not report.deployments:
+                report = _status_without_records(transport, host, info, report)
+            else:
+                _add_unrecorded(transport, host, info, report)
     return report
+
+
+def _add_unrecorded(transport: Any, host: Host, info: Any, report: deploy.StatusReport) -> None:
+    """A host with records, judged by them: also judge the files of the patchsets that target its
+    release which no record names, and add those not at rest (patched or drifted with no
+    deployment of sglpatch behind them — copied in by hand, or left by lost records), so that they
+    count in the verdict ("mixed") and the note names them: no rollback will touch them."""
+    fits, _ = _patchsets_for(str(info.sglang_version))
+    have = {f.path for f in report.files}
+    extra = []
+    for ps in fits:
+        for f in deploy.host_status(transport, host, info, ps).files:
+            if f.path not in have and f.state not in ("pristine", "absent"):
+                extra.append(f)
+                have.add(f.path)
+    if extra:
+        report.files = sorted(report.files + extra, key=lambda f: f.path)
+        said = (f"{len(extra)} file(s) no sglpatch deployment records are not at rest: "
+                + ", ".join(f"{f.path} ({f.state}{f' {f.patchset} r{f.revision}' if f.patchset else ''})"
+                            for f in extra)
+                + " — no rollback will touch them; `sglpatch apply` over them, then rollback, or reinstall sglang")
+        report.note = f"{report.note}; {said}" if report.note else said
 
 
 def _status_without_records(transport: Any, host: Host, info: Any,

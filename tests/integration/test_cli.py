@@ -962,7 +962,19 @@ def test_status_of_a_host_without_records_judges_the_files_of_the_patchsets_for_
     assert code == 1 and data["overall"] == "patched", data
     assert "no record of a deployment" in data["note"] and "rollback cannot undo" in data["note"], data["note"]
     shutil.move(tmp_path / "records-aside", local_target.site_packages / ".sglpatch")
+    spec = local_target.site_packages / "sglang/srt/speculative/spec_info.py"
+    patched = spec.read_bytes()
     assert run_json(capsys, *h, "rollback", "--host", "here")[0] == 0
+    # a patched file copied in by hand on a host without records: apply takes it as it is (its
+    # record does not name it), so after a rollback no record names it — it must still count
+    shutil.rmtree(local_target.site_packages / ".sglpatch")
+    spec.write_bytes(patched)
+    assert run_json(capsys, *h, "apply", "ddtree", "--host", "here", "--yes")[0] == 0
+    assert run_json(capsys, *h, "rollback", "--host", "here")[0] == 0
+    code, data, _ = run_json(capsys, *h, "status", "--host", "here", "--expect", "pristine")
+    assert code == 1 and data["overall"] == "mixed", data
+    assert "sglang/srt/speculative/spec_info.py (patched ddtree r" in data["note"], data["note"]
+    assert "no rollback will touch them" in data["note"], data["note"]
     bare = StatusReport(host="here", sglang_version="0.5.22", files=[], deployments=[], journal=None, lock=None)
     rep = _status_without_records(None, Host(name="here", transport="local", python=str(local_target)),
                                   SimpleNamespace(sglang_version="0.5.22"), bare)
