@@ -103,12 +103,18 @@ def wheels_dir(home: Path | None = None) -> Path:
 
 def _check_version(version: str) -> str:
     try:
-        canon = str(Version(version))
+        parsed = Version(version)
+        canon = str(parsed)
     except InvalidVersion:
         raise PatchsetError(f"{version!r} is not a valid SGLang version", hint="e.g. 0.5.23") from None
     if not re.match(r"^[0-9A-Za-z.+!-]+$", version):
         raise PatchsetError(f"{version!r} is not a valid SGLang version", hint="e.g. 0.5.23")
-    if canon != version:  # v0.5.23, 0.5.23-rc1: the same release written another way
+    rel = list(parsed.release)
+    while len(rel) > 3 and rel[-1] == 0:  # 0.5.23.00 is 0.5.23 (PEP 440 pads with zeros)
+        rel.pop()
+    if len(rel) < len(parsed.release) and parsed.epoch == 0:  # keep any .postN / .devN / +local
+        canon = ".".join(map(str, rel)) + canon[len(".".join(map(str, parsed.release))):]
+    if canon != version:  # v0.5.23, 0.5.23-rc1, 0.5.23.00: the same release written another way
         raise PatchsetError(f"sglang {version!r} is written {canon} by PyPI: write it as {canon}",
                             hint=f"e.g. `sglpatch patchset tree {canon}`")
     return version

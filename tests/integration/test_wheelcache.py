@@ -211,7 +211,7 @@ def test_a_release_written_another_way_is_refused_not_cached_twice(tmp_path):
     9.9.9 too. Each is refused with the release's own spelling, and no second tree is built."""
     home = tmp_path / "home"
     cached_wheel(home)
-    for text in ("9.9.9.0", "v9.9.9"):
+    for text in ("9.9.9.0", "v9.9.9", "9.9.9.00"):  # each straight to the release's own spelling
         with pytest.raises(PatchsetError, match="write it as 9.9.9"):
             pristine_tree(text, home=home)
     assert sorted(p.name for p in (home / "wheels").iterdir() if p.is_dir()) == []
