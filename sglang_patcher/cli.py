@@ -35,25 +35,19 @@ class AppContext:
     debug: bool
     console: Console = field(default_factory=lambda: Console(highlight=False))
     err: Console = field(default_factory=lambda: Console(stderr=True, highlight=False, soft_wrap=True))
-    _inventory: Inventory | None = None
-    _lenient: Inventory | None = None
+    _inventories: dict[bool, Inventory] = field(default_factory=dict)  # by skip_bad_hosts
 
     def inventory(self, *, required: bool = True, skip_bad_hosts: bool = False) -> Inventory | None:
-        """The inventory; with ``skip_bad_hosts``, invalid host entries are left out (with a warning
-        naming them, once) instead of refusing the whole file — for commands that act on one host."""
-        cached = self._lenient if skip_bad_hosts else self._inventory
-        if cached is None:
+        """The inventory; with ``skip_bad_hosts``, invalid host entries are left out (``host``
+        warns about them) instead of refusing the whole file — for commands that act on one host."""
+        if skip_bad_hosts not in self._inventories:
             try:
-                cached = load_inventory(self.hosts_file, skip_bad_hosts=skip_bad_hosts)
+                self._inventories[skip_bad_hosts] = load_inventory(self.hosts_file, skip_bad_hosts=skip_bad_hosts)
             except InventoryError:
                 if required or self.hosts_file:
                     raise
                 return None
-            if skip_bad_hosts:
-                self._lenient = cached
-            else:
-                self._inventory = cached
-        return cached
+        return self._inventories[skip_bad_hosts]
 
     def _warn_skipped(self, inv: Inventory, name: str) -> None:
         others = sorted(n for n in inv.invalid if n != name)

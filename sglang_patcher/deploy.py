@@ -54,6 +54,7 @@ from .checks import CheckReport
 from .errors import (CheckFailedError, DeployError, DriftError, LockHeldError, PatchsetError, SglpatchError,
                      StateError)
 from .manifest import read_record
+from .mirror import Mirror
 from .remote import launcher
 from .state import safe_component, sglpatch_home
 from .transport.base import Transport
@@ -285,7 +286,7 @@ class AgentClient:
                     break_lock: bool = False) -> dict[str, Any]:
         """Put lost backups of ``deployment_id`` back on the host: ``contents`` {path: the original's
         bytes}, each checked by the agent against the record's ``before`` sha256 (see the agent)."""
-        files = {p: hashlib.sha256(b).hexdigest() for p, b in contents.items()}
+        files = {p: _sha(b) for p, b in contents.items()}
         return self.call("put_backups", {"deployment_id": deployment_id, "files": files, "holder": holder,
                                          "break_lock": break_lock}, stdin=payload_tar(contents))
 
@@ -582,12 +583,14 @@ class DeployPlan:
                 "pristine_sources": self.pristine_sources}
 
     def __rich__(self):
-        stat = diffstat(self.diff)
+        # lines: the patchset's diff from pristine, for the files this apply writes (a file already
+        # at this revision changes nothing)
+        writes = {p: n for p, n in diffstat(self.diff).items()
+                  if p in self.files and self.files[p].action in ("write", "delete")}
         t = _files_table(f"{self.patchset} r{self.revision} on {self.host} "
                          f"(sglang {self.sglang_version}): {self.kind}", self.files.values(), plan=True,
-                         stat=stat)
-        writes = {p: n for p, n in stat.items() if p in self.files and self.files[p].action in ("write", "delete")}
-        if writes:  # lines: the patchset's diff from pristine, for the files this apply writes
+                         stat=writes)
+        if writes:
             added, removed = sum(a for a, _ in writes.values()), sum(r for _, r in writes.values())
             t.caption = (f"{len(writes)} file(s) written; their diff from pristine: +{added:,} −{removed:,} "
                          f"lines (`sglpatch diff {self.patchset} --host {self.host}` prints it)")
@@ -951,9 +954,8 @@ def _files_table(title: str, files: Any, plan: bool = False, stat: dict[str, tup
     for f in sorted(files, key=lambda f: f.path):
         st = f.state + (f" r{f.found_revision}" if f.found_revision is not None else "")
         row = [f.path, f"[{styles.get(f.state, '')}]{st}[/]", (f.live or "absent")[:12], f.action]
-        if stat:  # only where this apply writes: a file already at this revision changes nothing
-            a, r = stat.get(f.path, (0, 0))
-            row.append(f"+{a} −{r}" if f.path in stat and f.action in ("write", "delete") else "")
+        if stat:
+            row.append("+{} −{}".format(*stat[f.path]) if f.path in stat else "")
         t.add_row(*row)
     return t
 
@@ -1361,10 +1363,11 @@ def rollback_host(transport: Transport, host: Any, info: Any, deployment_id: str
     ``force`` (the edited bytes are then kept on the host under ``backups/<id>.drifted/``).
     Nothing active (rolled back already, or never deployed) is no error: the result names no
     deployment (``already``: the latest rolled-back one, if any). Backups lost on the host are put
-    back first when every one of them is found, by its recorded sha256, in the local copies, the
-    host's mirror or the release's wheel (``backups_put_back`` says which came from where).
-    Raises StateError (unknown id, local records of an active deployment the host has no record
-    of, a backup missing or not matching that none of those holds), LockHeldError, DriftError.
+    back first, each that is found by its recorded sha256 in the local copies, the host's mirror
+    or the release's wheel (``backups_put_back`` says which came from where); if any is found
+    nowhere, no file is restored. Raises StateError (unknown id, local records of an active
+    deployment the host has no record of, a backup missing or not matching that none of those
+    holds), LockHeldError, DriftError.
     """
     t0 = time.monotonic()
     rt0 = transport.round_trips
@@ -1425,6 +1428,8 @@ def rollback_host(transport: Transport, host: Any, info: Any, deployment_id: str
             if exc.kind != "backup_missing":
                 raise
             missing = exc.details.get("backups", {})
+            if not missing:
+                raise
             found = _recover_backups(home, name, info, d, missing)
             if found:  # verified originals: harmless to put back even when others stay lost
                 agent.put_backups(d["id"], {p: data for p, (data, _) in found.items()}, holder,
@@ -1433,8 +1438,6 @@ def rollback_host(transport: Transport, host: Any, info: Any, deployment_id: str
                 progress("rollback", f"{d['id']}: put back {len(found)} lost backup(s) from "
                                      f"{', '.join(sorted(set(put_back[d['id']].values())))}")
             lost = {p: b for p, b in missing.items() if p not in found}
-            if not missing:
-                raise
             if lost:
                 raise StateError(
                     f"{name}: {len(lost)} backup(s) of deployment {d['id']} are missing or damaged on the host and "
@@ -1466,8 +1469,6 @@ def _recover_backups(home: Path, name: str, info: Any, record: dict[str, Any],
     version = str(record.get("sglang_version") or getattr(info, "sglang_version", "") or "")
     readers: list[tuple[str, Callable[[str], bytes | None]]] = [
         ("local copies", _MultiLocalBackups(home, name, hashes))]
-    from .mirror import Mirror
-
     mirror = Mirror(home, name, version) if version else None
     if mirror is not None and mirror.exists():
         readers.append((f"the mirror of {name}", mirror.read))

@@ -244,7 +244,7 @@ def parse_inventory(text: str, *, origin: str = "hosts.yaml", skip_bad_hosts: bo
         bad = _bad_hosts(exc, node) if skip_bad_hosts else None
         if bad:
             hosts = {n: e for n, e in data.get("hosts", {}).items() if str(n) not in bad}
-            inv = parse_inventory(yaml.safe_dump({**data, "hosts": hosts}), origin=origin)
+            inv = Inventory.model_validate({**data, "hosts": hosts, "path": origin})  # the errors were all theirs
             inv.invalid = bad
             return inv
         problems = [_describe(err, node) for err in exc.errors()]

@@ -164,8 +164,7 @@ def pristine_tree(version: str, home: Path | None = None, *, verify: bool = Fals
     if whl is None:
         whl = _download(version, wheels)
     named = whl.name.split("-")[1]   # the release as its wheel writes it
-    if named != version:             # equal as versions (0.5.23.0 == 0.5.23): one tree per release
-        shutil.rmtree(final, ignore_errors=True)
+    if named != version:             # equal as versions (1.0 == 1.0.0): one tree per release
         raise PatchsetError(f"sglang {version!r} is release {named} (its wheel {whl.name}): write it as {named}",
                             hint=f"e.g. `sglpatch patchset tree {named}`")
     try:

@@ -44,7 +44,7 @@ Operations (``args`` keys; every op takes ``site_packages`` and optional ``state
 
 Failure kinds: bad_args, bad_path, bad_payload, lock_held, journal_pending, drift, no_space,
 not_writable, not_regular, verify_failed, not_found, not_resumable, not_latest, push_failed,
-rollback_failed.
+rollback_failed, put_failed.
 
 Test hook: ``SGLPATCH_AGENT_CRASH=<point>:<n>`` makes the agent die (``os._exit(137)``) at a point
 of the push — ``stage:n`` after n staged files, ``partial:n`` half-way through writing the n-th temp

@@ -139,8 +139,8 @@ class SSHTransport:
             why = ("is a directory, not a key file" if os.path.isdir(key) else
                    "is not readable by this user" if os.path.exists(key) else "does not exist")
             raise IdentityFileError(f"{self.name}: identity_file {key} {why}",
-                                 hint=f"fix identity_file of host {self.name} in hosts.yaml (a private key "
-                                      f"file on this machine), or remove it to use your ssh agent")
+                                    hint=f"fix identity_file of host {self.name} in hosts.yaml (a private key "
+                                         f"file on this machine), or remove it to use your ssh agent")
         try:
             conn = self._build_connection()
             known_hosts = self._known_hosts_file(conn)
@@ -189,10 +189,10 @@ class SSHTransport:
             hint = None
             if key and ("private key" in text or "not a valid" in text):
                 raise IdentityFileError(f"{self.name}: identity_file {key} is not a private key this client can read "
-                                     f"({text})",
-                                     hint=f"name the private key (not the .pub beside it) in identity_file of host "
-                                          f"{self.name} in hosts.yaml; a passphrase-protected key goes in ssh-agent "
-                                          "instead (ssh-add)") from exc
+                                        f"({text})",
+                                        hint=f"name the private key (not the .pub beside it) in identity_file of "
+                                             f"host {self.name} in hosts.yaml; a passphrase-protected key goes in "
+                                             "ssh-agent instead (ssh-add)") from exc
             if "protocol banner" in text:
                 hint = ("something answered on that port but not as an SSH server, or too slowly: check "
                         "hostname/port in hosts.yaml (and any firewall in between)")
