@@ -64,6 +64,7 @@ __all__ = [
     "check_parallel_layout",
     "check_draft_head",
     "check_lm_head",
+    "check_captured_verify_width",
     "draft_head_topk",
     "draft_head_logits",
     "DDTreeWorker",
@@ -140,6 +141,26 @@ def check_lm_head(weight: Any, *, num_added: int, tp_size: int, has_from_topk: b
         raise ValueError(
             f"DDTREE with tensor parallelism (tp_size={tp_size}) needs the DDTree core's "
             "build_ddtree_from_topk; this install's ddtree_tree.py does not have it."
+        )
+
+
+def check_captured_verify_width(graph_runner: Any, verify_width: int) -> None:
+    """Refuse target decode CUDA graphs captured at another width than the tree verify's.
+
+    Args:
+      graph_runner: the target ``ModelRunner.decode_cuda_graph_runner`` (None: no graphs).
+      verify_width: budget + 1 tokens per request.
+    Raises:
+      RuntimeError naming the missing patchset revision (graphs captured at DFlash's block width
+      replay a verify of the wrong size).
+    """
+    captured = getattr(graph_runner, "captured_req_width", None)
+    if captured is not None and int(captured) != int(verify_width):
+        raise RuntimeError(
+            f"DDTREE: the target's decode CUDA graphs were captured {captured} tokens wide, the "
+            f"tree verify is budget + 1 = {verify_width}: revision 2 or later of the sglpatch "
+            "ddtree patchset (spec_info.py, decode_cuda_graph_runner.py) is missing. Run "
+            "`sglpatch apply ddtree`, or serve with --disable-cuda-graph."
         )
 
 
@@ -243,13 +264,9 @@ class DDTreeWorker(_WorkerBase):  # type: ignore[misc,valid-type]
         from . import ddtree_info, ddtree_tree
 
         sizes = DDTreeSizes.from_spec(get_spec())
-        # Before the draft runner is built: the target backend is already there.
-        backend = _resolve_verify_backend(target_worker.model_runner.attn_backend)
-        check_verify_backend(
-            type(backend).__name__,
-            chain_only_kernel=bool(getattr(backend, "use_verify_splitkv", False))
-            or bool(getattr(backend, "use_verify_shared_kv", False)),
-        )
+        # SGLang 0.5.23 builds this worker before the memory pools, the attention backends and the
+        # CUDA graphs (Scheduler.init_model_worker): the target's backend is checked in
+        # init_attention_backends, the captured verify width in init_cuda_graphs.
         check_parallel_layout(attn_dp_enabled=bool(get_parallel().attn_dp_enabled))
         lm_head = getattr(target_worker.model_runner.model, "lm_head", None)
         shard = getattr(lm_head, "shard_indices", None)
@@ -287,18 +304,24 @@ class DDTreeWorker(_WorkerBase):  # type: ignore[misc,valid-type]
             )
         self._tp_group = get_parallel().tp_group
         self._tp_size = tp_size
-        graph_runner = getattr(self.model_runner, "decode_cuda_graph_runner", None)
-        captured = getattr(graph_runner, "captured_req_width", None)
-        if captured is not None and int(captured) != sizes.verify_width:
-            raise RuntimeError(
-                f"DDTREE: the target's decode CUDA graphs were captured {captured} tokens wide, the "
-                f"tree verify is budget + 1 = {sizes.verify_width}: revision 2 of the sglpatch ddtree "
-                "patchset (spec_info.py, decode_cuda_graph_runner.py) is missing. Run "
-                "`sglpatch apply ddtree`, or serve with --disable-cuda-graph."
-            )
         self.ddtree_sizes = sizes
         self._ddtree_positions_buf: Optional[torch.Tensor] = None
+
+    # -- start-up checks that need what SGLang builds after the worker ------------------------
+    def init_attention_backends(self):
+        """DFlash's backends, then refuse a target verify backend that would verify a chain.
+
+        Raises ValueError (see ``check_verify_backend``).
+        """
+        super().init_attention_backends()
+        backend = _resolve_verify_backend(self.target_worker.model_runner.attn_backend)
+        check_verify_backend(
+            type(backend).__name__,
+            chain_only_kernel=bool(getattr(backend, "use_verify_splitkv", False))
+            or bool(getattr(backend, "use_verify_shared_kv", False)),
+        )
         if self._target_tp_rank == 0:
+            sizes = self.ddtree_sizes
             logger.info(
                 "DDTREE worker ready: block=%d budget=%d topk=%d verify_width=%d window=%d "
                 "reserve=%d backend=%s tp=%d",
@@ -311,6 +334,18 @@ class DDTreeWorker(_WorkerBase):  # type: ignore[misc,valid-type]
                 type(backend).__name__,
                 self._tp_size,
             )
+
+    def init_cuda_graphs(self):
+        """DFlash's draft graphs, then check the width the target's decode graphs were captured at
+        (the target's graphs are captured before the draft worker's).
+
+        Raises RuntimeError when they were captured narrower or wider than budget + 1.
+        """
+        super().init_cuda_graphs()
+        check_captured_verify_width(
+            getattr(self.target_worker.model_runner, "decode_cuda_graph_runner", None),
+            self.ddtree_sizes.verify_width,
+        )
 
     # -- DFlash hooks -----------------------------------------------------------------------
     def _maybe_build_draft_sampler(self):
