@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what sglpatch and its tests need on a fresh Debian/Ubuntu machine (idempotent).
 # System: openssh-server (the tests' real sshd), python3-venv (target venvs a non-root user can run),
-# sudo (root-owned installs). Python: the CPU torch wheel first (pinned, so no CUDA build is pulled), then the project.
+# sudo (root-owned installs). Python: the CPU torch wheel first (pinned, so no CUDA build is pulled), then the project,
+# then the live tests' CPU SGLang server venv (tests/support/live_env.py; ~2.7 GB, cached).
 # --demo (scripts/demo.sh): only what the main job needs — python3-venv and the project itself,
 # no torch, no test extras, no sshd.
 set -euo pipefail
@@ -42,3 +43,6 @@ if ! $PY -c 'import torch' 2>/dev/null; then
 fi
 echo "setup: installing sglpatch (editable) with test and ddtree extras"
 $PY -m pip install -q "${FIND_LINKS[@]}" -e '.[test,ddtree]'
+# The live tests' CPU SGLang server venv (sglang 0.5.23 + its CPU server dependencies + the test
+# platform plugin): cached under /var/tmp/sglpatch-tests (or $SGLPATCH_TEST_CACHE), built here once.
+$PY -m tests.support.live_env build

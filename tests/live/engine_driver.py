@@ -21,7 +21,8 @@ true``, so the scheduler runs them concurrently). OUT (JSON)::
 ``meta`` keeps SGLang's per-request counters (``completion_tokens``, ``spec_verify_ct``,
 ``spec_accept_length``, ``spec_accept_histogram``). An engine that fails to start or to generate
 is reported (``ok: false``) and the next one still runs; the exit code is 0 when every engine
-ran, 3 otherwise.
+ran, 3 otherwise. Each engine's part of stderr starts with a ``MARK`` line naming it (SGLang's
+scheduler processes write their tracebacks there, not into the exception the engine raises).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ import sys
 import time
 import traceback
 
+MARK = "=== engine_driver: engine "   # starts each engine's part of the log (live_sglang splits it)
 META_KEYS = ("completion_tokens", "prompt_tokens", "spec_verify_ct", "spec_accept_length",
              "spec_accept_histogram", "finish_reason")
 
@@ -75,6 +77,7 @@ def main(argv: list[str]) -> int:
         job = json.load(f)
     results = []
     for spec in job["engines"]:
+        print(f"{MARK}{spec['name']}", file=sys.stderr, flush=True)
         try:
             results.append(run_engine(spec))
         except BaseException as exc:  # a failed start is a result too (the test reads it)

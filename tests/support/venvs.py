@@ -25,6 +25,7 @@ import sys
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 SGLANG_VERSION = "0.5.23"
 SYSTEM_PYTHON = "/usr/bin/python3"
@@ -75,7 +76,8 @@ def site_packages_of(venv: Path) -> Path:
 
 
 @contextmanager
-def _locked(path: Path):
+def locked(path: Path):
+    """An exclusive flock on ``path`` (created) for the ``with`` body: one builder at a time."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "a+") as f:
         fcntl.flock(f, fcntl.LOCK_EX)
@@ -106,17 +108,23 @@ def read_requirements(path: Path) -> list[str]:
 
 
 def pristine_venv(name: str = "sglang", extra: list[str] | None = None,
-                  version: str = SGLANG_VERSION) -> Path:
-    """The cached pristine venv (built now if missing); see the module doc."""
+                  version: str = SGLANG_VERSION, *, fingerprint: str = "",
+                  post_install: Callable[[str, dict[str, str]], None] | None = None) -> Path:
+    """The cached pristine venv (built now if missing); see the module doc.
+
+    ``fingerprint``: part of the cache key (e.g. a hash of local packages ``post_install`` puts
+    in); ``post_install(python, env)``: runs after the pip installs, before the venv is sealed.
+    """
     py = _python_for_venvs()
     extra = list(extra or [])
-    key = hashlib.sha256(repr((py, version, extra, 1)).encode()).hexdigest()[:12]
+    key_parts = (py, version, extra, 1) if not fingerprint else (py, version, extra, 1, fingerprint)
+    key = hashlib.sha256(repr(key_parts).encode()).hexdigest()[:12]
     root = cache_root()
     dest = root / f"{name}-{version}-{key}"
     done = dest / ".sglpatch-complete"
     if done.exists():
         return dest
-    with _locked(root / ".lock"):
+    with locked(root / ".lock"):
         if done.exists():
             return dest
         os.chmod(root, 0o755)
@@ -125,9 +133,11 @@ def pristine_venv(name: str = "sglang", extra: list[str] | None = None,
         env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
         subprocess.run([py, "-m", "venv", str(dest)], check=True, capture_output=True, env=env)
         vpy = str(dest / "bin" / "python")
-        _pip(vpy, ["install", "--no-deps", f"sglang=={version}"], env)
+        pip(vpy, ["install", "--no-deps", f"sglang=={version}"], env)
         if extra:
-            _pip(vpy, ["install", *extra], env)
+            pip(vpy, ["install", *extra], env)
+        if post_install is not None:
+            post_install(vpy, env)
         for dirpath, dirnames, filenames in os.walk(dest):
             for n in dirnames:
                 p = os.path.join(dirpath, n)
@@ -141,7 +151,8 @@ def pristine_venv(name: str = "sglang", extra: list[str] | None = None,
     return dest
 
 
-def _pip(vpy: str, args: list[str], env: dict[str, str]) -> None:
+def pip(vpy: str, args: list[str], env: dict[str, str]) -> None:
+    """Run pip of the venv interpreter ``vpy``; RuntimeError with its output tail on failure."""
     proc = subprocess.run([vpy, "-m", "pip", "--disable-pip-version-check", "-q", *args],
                           capture_output=True, text=True, env=env)
     if proc.returncode != 0:

@@ -1,0 +1,73 @@
+"""The engine configurations of the live greedy tests (and of the negative controls' baselines).
+
+Each fixture's arms run in one driver process: the target alone, DFLASH (the control) and DDTREE
+at several budgets and top-k values, on the same phases (a few single requests, then a batch of
+concurrent requests of different prompt lengths).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tests.support import live_sglang as ls
+from tests.support.live_sglang import ModelFixture
+
+
+@dataclass(frozen=True)
+class Arm:
+    """One engine configuration: ``algorithm`` None is the target alone."""
+
+    name: str
+    algorithm: str | None = None
+    block: int = 4
+    extra: tuple[tuple[str, object], ...] = ()
+    sampled: bool = False          # also a batched phase at temperature > 0 ("sampled")
+
+
+# block-4 draft of the trained fixture: budgets 1, B - 1, and larger than the block; top-k
+# below the budget; the non-overlap scheduler. The block-8 draft: B - 1 and 3B.
+TRAINED_ARMS = (
+    Arm("target"),
+    Arm("dflash-b4", "DFLASH", 4, sampled=True),
+    Arm("ddtree-b4-n1", "DDTREE", 4, (("speculative_ddtree_budget", 1),)),
+    Arm("ddtree-b4-n3", "DDTREE", 4, (("speculative_ddtree_budget", 3),)),
+    Arm("ddtree-b4-n8", "DDTREE", 4, (("speculative_ddtree_budget", 8),), sampled=True),
+    Arm("ddtree-b4-n16-k2", "DDTREE", 4, (("speculative_ddtree_budget", 16),
+                                          ("speculative_ddtree_topk", 2))),
+    Arm("ddtree-b4-n8-nooverlap", "DDTREE", 4, (("speculative_ddtree_budget", 8),
+                                                ("disable_overlap_schedule", True))),
+    Arm("dflash-b8", "DFLASH", 8),
+    Arm("ddtree-b8-n7", "DDTREE", 8, (("speculative_ddtree_budget", 7),)),
+    Arm("ddtree-b8-n24-k4", "DDTREE", 8, (("speculative_ddtree_budget", 24),
+                                          ("speculative_ddtree_topk", 4))),
+)
+# random weights: output depends on attention and the KV cache; the draft is almost never right.
+RANDOM_ARMS = (
+    Arm("target"),
+    Arm("dflash-b4", "DFLASH", 4),
+    Arm("ddtree-b4-n3", "DDTREE", 4, (("speculative_ddtree_budget", 3),)),
+    Arm("ddtree-b4-n32", "DDTREE", 4, (("speculative_ddtree_budget", 32),)),
+)
+ARMS = {"trained": TRAINED_ARMS, "random": RANDOM_ARMS}
+NEW_TOKENS = {"trained": 24, "random": 16}
+SAMPLING = {"temperature": 1.0, "top_p": 0.95, "ignore_eos": True}
+
+
+def phases(fx: ModelFixture, new_tokens: int, sampled: bool = False) -> tuple[ls.Phase, ...]:
+    """"single": the first two prompts one at a time; "batch": five prompts at once; with
+    ``sampled``, "sampled": the five again at temperature 1 (top-p 0.95)."""
+    greedy = {"temperature": 0.0, "max_new_tokens": new_tokens, "ignore_eos": True}
+    prompts = fx.prompts
+    out = (ls.Phase("single", prompts[:2], greedy),
+           ls.Phase("batch", prompts[:5], greedy, batch=True))
+    if sampled:
+        out += (ls.Phase("sampled", prompts[:5], dict(SAMPLING, max_new_tokens=new_tokens), batch=True),)
+    return out
+
+
+def engine_spec(fx: ModelFixture, arm: Arm) -> ls.EngineSpec:
+    if arm.algorithm is None:
+        kwargs = ls.cpu_engine_kwargs(fx.target)
+    else:
+        kwargs = ls.speculative_kwargs(fx.target, fx.drafts[arm.block], arm.algorithm, **dict(arm.extra))
+    return ls.EngineSpec(arm.name, kwargs, phases(fx, NEW_TOKENS[fx.name], arm.sampled))

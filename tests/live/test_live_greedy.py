@@ -1,0 +1,52 @@
+"""DDTREE inside a live SGLang 0.5.23 engine gives the target's own greedy tokens.
+
+For each tiny model fixture, one driver process runs the target alone, DFLASH (the control) and
+DDTREE at several budgets and top-k values — single requests and a batch of concurrent requests of
+different prompt lengths — on a venv that ``sglpatch apply ddtree`` patched. Every speculative run
+must produce exactly the token ids of the target alone. SGLang's reported accept lengths are
+collected for the session summary (``tests/live/conftest.py``), not asserted per prompt.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.live.matrix import ARMS, NEW_TOKENS
+from tests.support import live_sglang as ls
+
+
+CASES = [(fx, arm.name) for fx, arms in ARMS.items() for arm in arms if arm.algorithm]
+
+
+@pytest.mark.parametrize("fixture_name,arm", CASES, ids=[f"{f}-{a}" for f, a in CASES])
+def test_speculative_tokens_equal_target_alone(greedy_runs, fixture_name: str, arm: str) -> None:
+    by_arm = greedy_runs[fixture_name]
+    base, run = by_arm["target"], by_arm[arm]
+    assert base.ok, f"the target alone did not run: {base.error}\n{base.traceback}"
+    assert run.ok, f"{arm} did not run: {run.error}\n{run.traceback}"
+    problems = ls.token_mismatches(base, run, "single") + ls.token_mismatches(base, run, "batch")
+    assert not problems, "\n".join(problems)
+    # every request produced the full length and SGLang counted speculative steps
+    for gens in (run.phases["single"], run.phases["batch"]):
+        for g in gens:
+            assert len(g.output_ids) == NEW_TOKENS[fixture_name], g
+            assert g.meta.get("spec_verify_ct", 0) >= 1, g.meta
+
+
+def test_trained_regime_trees_accept_more_than_the_chain(greedy_runs) -> None:
+    """The trained fixture exists so that trees have something to find: at the same block,
+    DDTREE with a budget above B - 1 commits more tokens per verify than DFLASH's chain."""
+    r = greedy_runs["trained"]
+
+    def mean_accept(name: str) -> float:
+        vals = [v for ph in ("single", "batch") for v in r[name].accept_lengths(ph) if v]
+        return sum(vals) / len(vals)
+
+    chain, tree = mean_accept("dflash-b4"), mean_accept("ddtree-b4-n8")
+    assert chain > 1.2, f"the trained fixture's draft should often be right (DFLASH accept {chain:.2f})"
+    assert tree > chain, f"DDTREE budget 8 accept {tree:.2f} <= DFLASH {chain:.2f}"
+
+
+def test_random_regime_draft_is_almost_never_right(greedy_runs) -> None:
+    vals = [v for ph in ("single", "batch") for v in greedy_runs["random"]["dflash-b4"].accept_lengths(ph) if v]
+    assert vals and max(vals) < 1.5, vals
