@@ -1,6 +1,7 @@
 """Revision 1 → 2 through the ``sglpatch`` command line (``main([...])`` in-process) on the local
-transport's real sglang 0.5.23 venv: ``diff`` shows revision 2, ``apply ddtree@1`` then
-``apply ddtree`` upgrades (status r2), ``rollback`` twice ends pristine by RECORD."""
+transport's real sglang 0.5.23 venv: ``diff ddtree@2`` shows revision 2, ``apply ddtree@1`` then
+``apply ddtree@2`` upgrades (status r2), ``rollback`` twice ends pristine by RECORD. (Revision 3's
+path from revision 2: tests/integration/test_ddtree_rev3_cli.py.)"""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ WORKER = "sglang/srt/speculative/ddtree_worker.py"
 
 
 def test_diff_shows_revision_2_with_the_worker(capsys, sglpatch_home):
-    code, data, err = run_json(capsys, "diff", "ddtree", "--sglang", VERSION)
+    code, data, err = run_json(capsys, "diff", "ddtree@2", "--sglang", VERSION)
     assert code == 0, err
     assert data["revision"] == 2
     assert WORKER in data["files"] and SPEC_INFO in data["files"]
@@ -41,11 +42,11 @@ def test_cli_r1_then_r2_then_rollback_twice_local(capsys, tmp_path, sglpatch_hom
     r1_spec_info = live_hash(site, SPEC_INFO)
     assert live_hash(site, WORKER) is None
 
-    code, data, err = run_json(capsys, *h, "apply", "ddtree", "--host", "here", "--yes")
+    code, data, err = run_json(capsys, *h, "apply", "ddtree@2", "--host", "here", "--yes")
     assert code == 0, err
     assert data["status"] == "applied" and data["plan"]["revision"] == 2, data
     assert data["plan"]["kind"] == "upgrade", data["plan"]
-    code, data, err = run_json(capsys, *h, "status", "--host", "here", "--patchset", "ddtree")
+    code, data, err = run_json(capsys, *h, "status", "--host", "here", "--patchset", "ddtree@2")
     assert code == 0, err
     assert {(f["state"], f["revision"]) for f in data["files"]} == {("patched", 2)}, data["files"]
     # judged against r1, the r2 files are the host's records' later revision, not drift

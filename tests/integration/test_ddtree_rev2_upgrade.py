@@ -1,6 +1,6 @@
 """Revision 1 → 2 of the ddtree patchset on one host, over a real sshd on the real sglang 0.5.23 venv.
 
-``ddtree@1`` (history/r1) is applied; then the current ``ddtree`` (revision 2) is applied to the same
+``ddtree@1`` (history/r1) is applied; then ``ddtree@2`` (history/r2) is applied to the same
 host: its plan recognises the files revision 1 wrote by their hashes (``older`` r1, from
 ``history``), moves them to revision 2 and adds the six modules; ``status`` says r2. What rollback
 does after the upgrade (the deploy code's behaviour, documented in the patchset README): the first
@@ -36,7 +36,7 @@ def _live(site: Path, rel: str) -> str | None:
 def test_ddtree_r1_then_r2_upgrade_then_rollback_twice(ssh_host, sglang_target, sglpatch_home):
     r1 = load_patchset(REPO / "patchsets" / "ddtree" / "history" / "r1")
     assert load_patchset("ddtree@1").revision == 1
-    r2 = load_patchset(REPO / "patchsets" / "ddtree")
+    r2 = load_patchset("ddtree@2")
     assert (r1.revision, r2.revision) == (1, 2)
     site = sglang_target.site_packages
     t = connect(ssh_host)
@@ -107,7 +107,7 @@ def test_ddtree_l1_follows_the_revision_on_upgrade(sshd, sglang_target_l1, sglpa
     DDTreeWorker, the modules import, the target verify width is budget + 1)."""
     host = sshd.host_entry(sglang_target_l1, name="sshd-l1-upgrade")
     r1 = load_patchset("ddtree@1")
-    r2 = load_patchset(REPO / "patchsets" / "ddtree")
+    r2 = load_patchset("ddtree@2")
     t = connect(host)
     try:
         info = discover(t, host)

@@ -71,7 +71,12 @@ def pristine_live(live_pristine: Path, tmp_path_factory: pytest.TempPathFactory)
 
 @pytest.fixture(scope="session")
 def live_models() -> dict[str, ModelFixture]:
-    """{fixture name: ModelFixture}, built once per version of tests/live/tiny_models.py."""
+    """{fixture name: ModelFixture}, built once per version of tests/live/tiny_models.py
+    (``$SGLPATCH_LIVE_MODELS``: a directory of fixtures built already, used as it is)."""
+    given = os.environ.get("SGLPATCH_LIVE_MODELS")
+    if given:
+        return {d.name: ModelFixture.load(d) for d in sorted(Path(given).iterdir())
+                if (d / "fixture.json").exists()}
     from tests.live import tiny_models
 
     digest = live_env.file_digest(Path(tiny_models.__file__))

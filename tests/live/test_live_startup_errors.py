@@ -27,12 +27,14 @@ CASES = {
 
 
 def hybrid_target(target: Path, where: Path) -> Path:
-    """The fixture's target with a hybrid (GDN) architecture name in its config: validation reads
-    only the config, so the refusal comes before any weight is loaded."""
+    """The fixture's target with a recurrent architecture name (Mamba) in its config: validation
+    reads only the config, so the refusal comes before any weight is loaded. (A hybrid GDN name
+    such as Qwen3NextForCausalLM stops earlier on this CPU platform, at SGLang's own Mamba
+    extra-buffer check, which a CUDA host passes.)"""
     dest = where / "hybrid-target"
     shutil.copytree(target, dest)
     cfg = json.loads((dest / "config.json").read_text())
-    cfg["architectures"] = ["Qwen3NextForCausalLM"]
+    cfg["architectures"] = ["MambaForCausalLM"]
     (dest / "config.json").write_text(json.dumps(cfg, indent=1))
     return dest
 

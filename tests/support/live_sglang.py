@@ -123,9 +123,15 @@ def run_engines(python: str, engines: list[EngineSpec], workdir: Path, *,
             rc = None
     results = json.loads(out.read_text())["engines"] if out.exists() else []
     runs = {r["name"]: EngineRun.from_json(r) for r in results}
-    for name, part in split_log(log.read_bytes().decode(errors="replace")).items():
+    parts = split_log(log.read_bytes().decode(errors="replace"))
+    for name, part in parts.items():
         if name in runs:
             runs[name].log = part
+        elif rc is not None:
+            # SGLang's engine kills its own process (SIGQUIT from a failed scheduler child):
+            # the engine that was starting failed, the driver with it
+            runs[name] = EngineRun(name, False, error=f"the driver process died (exit {rc}) while "
+                                   "this engine ran", log=part)
     missing = [e.name for e in engines if e.name not in runs]
     if missing:
         tail = log.read_bytes()[-4000:].decode(errors="replace")

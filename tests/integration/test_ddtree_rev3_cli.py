@@ -1,0 +1,64 @@
+"""Revision 2 → 3 (and 1 → 3) through the ``sglpatch`` command line on the local transport's real
+sglang 0.5.23 venv. Revision 3 changes only the worker module (its start-up checks; revision 2 could
+not start a DDTREE server), so the upgrade from 2 pushes that one file; rollbacks walk back one
+deployment at a time and end pristine by RECORD."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.integration.test_cli import live_hash, record_hashes, run_json, write_hosts
+
+pytestmark = [pytest.mark.sglang]
+
+VERSION = "0.5.23"
+SPEC_INFO = "sglang/srt/speculative/spec_info.py"
+WORKER = "sglang/srt/speculative/ddtree_worker.py"
+
+
+def _hosts(tmp_path, local_target):
+    from sglang_patcher.inventory import Host
+
+    return ["--hosts", str(write_hosts(tmp_path / "hosts.yaml",
+                                       Host(name="here", transport="local", python=str(local_target))))]
+
+
+def test_cli_r2_then_r3_pushes_the_worker_then_rollback_twice(capsys, tmp_path, sglpatch_home,
+                                                              local_target):
+    h, site = _hosts(tmp_path, local_target), local_target.site_packages
+    record = record_hashes(site)
+
+    code, data, err = run_json(capsys, *h, "apply", "ddtree@2", "--host", "here", "--yes")
+    assert code == 0, err
+    r2_worker, r2_spec_info = live_hash(site, WORKER), live_hash(site, SPEC_INFO)
+
+    code, data, err = run_json(capsys, *h, "apply", "ddtree", "--host", "here", "--yes")
+    assert code == 0, err
+    assert data["status"] == "applied" and data["plan"]["revision"] == 3, data
+    assert data["plan"]["kind"] == "upgrade", data["plan"]
+    pushed = sorted(p for p, f in data["plan"]["files"].items() if f["action"] != "none")
+    assert pushed == [WORKER], data["plan"]["files"]
+    assert live_hash(site, WORKER) != r2_worker and live_hash(site, SPEC_INFO) == r2_spec_info
+    code, data, err = run_json(capsys, *h, "status", "--host", "here", "--patchset", "ddtree")
+    assert code == 0, err
+    assert {(f["state"], f["revision"]) for f in data["files"]} == {("patched", 3)}, data["files"]
+
+    code, _, err = run_json(capsys, *h, "rollback", "--host", "here")
+    assert code == 0, err
+    assert live_hash(site, WORKER) == r2_worker
+    code, data, err = run_json(capsys, *h, "status", "--host", "here", "--patchset", "ddtree@2")
+    assert code == 0 and data["overall"] == "patched", data
+    code, _, err = run_json(capsys, *h, "rollback", "--host", "here")
+    assert code == 0, err
+    assert live_hash(site, SPEC_INFO) == record[SPEC_INFO] and live_hash(site, WORKER) is None
+
+
+def test_cli_r1_straight_to_r3(capsys, tmp_path, sglpatch_home, local_target):
+    h, site = _hosts(tmp_path, local_target), local_target.site_packages
+    code, data, err = run_json(capsys, *h, "apply", "ddtree@1", "--host", "here", "--yes")
+    assert code == 0, err
+    code, data, err = run_json(capsys, *h, "apply", "ddtree", "--host", "here", "--yes")
+    assert code == 0, err
+    assert data["plan"]["kind"] == "upgrade" and data["plan"]["revision"] == 3, data["plan"]
+    code, data, err = run_json(capsys, *h, "status", "--host", "here", "--patchset", "ddtree")
+    assert {(f["state"], f["revision"]) for f in data["files"]} == {("patched", 3)}, data["files"]
