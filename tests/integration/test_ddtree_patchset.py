@@ -126,20 +126,36 @@ def test_series_renders_with_the_strict_applier(ps, tree):
 
 
 def test_revision_1_is_frozen_and_recognised_by_revision_2(ps, tree):
-    r1 = load_patchset("ddtree@1")
-    assert (ps.revision, r1.revision) == (2, 1)
+    r1, r2 = load_patchset("ddtree@1"), load_patchset("ddtree@2")
+    assert (r2.revision, r1.revision) == (2, 1)
     assert r1.root == DDTREE / "history" / "r1"
     res = r1.render(V, tree.read)           # r1 still renders against the wheel, hashes checked
     assert "raise _ddtree_worker_missing(\"serving\")" in res.diff_text()
-    assert ps.spec.history[1][V] == r1.target(V).expected
+    assert r2.spec.history[1][V] == r1.target(V).expected
     changed = set()
     for path, sha in r1.target(V).expected.items():
-        same = ps.target(V).expected[path] == sha      # a file r2 leaves as r1 made it
-        assert ps.classify(path, sha, version=V) == ("patched" if same else "patched@r1"), path
+        same = r2.target(V).expected[path] == sha      # a file r2 leaves as r1 made it
+        assert r2.classify(path, sha, version=V) == ("patched" if same else "patched@r1"), path
         changed |= set() if same else {path}
     assert changed == {"sglang/srt/speculative/spec_info.py", "sglang/srt/arg_groups/speculative_hook.py"}
     # every file r1 touches is touched by r2 too (so an upgrade leaves nothing of r1 behind)
-    assert set(r1.target(V).expected) <= set(ps.target(V).expected)
+    assert set(r1.target(V).expected) <= set(r2.target(V).expected)
+
+
+def test_revision_2_is_frozen_and_recognised_by_revision_3(ps, tree):
+    """Revision 3 changes the worker module alone (its start-up checks); revision 2 stays
+    loadable and rendering as ``ddtree@2`` and is recognised by its hashes."""
+    r2 = load_patchset("ddtree@2")
+    assert (ps.revision, r2.revision) == (3, 2)
+    assert r2.root == DDTREE / "history" / "r2"
+    r2.render(V, tree.read)
+    assert ps.spec.history[2][V] == r2.target(V).expected
+    assert ps.spec.history[1][V] == r2.spec.history[1][V]
+    changed = {p for p, sha in r2.target(V).expected.items() if ps.target(V).expected[p] != sha}
+    assert changed == {"sglang/srt/speculative/ddtree_worker.py"}
+    for path, sha in r2.target(V).expected.items():
+        assert ps.classify(path, sha, version=V) == ("patched@r2" if path in changed else "patched"), path
+    assert set(r2.target(V).expected) == set(ps.target(V).expected)
 
 
 def test_new_modules_are_installed_into_sglang_speculative(ps):
