@@ -830,9 +830,14 @@ def test_unwritable_local_records_stop_apply_and_rollback_before_the_host_change
 
 
 def test_status_against_the_patchset_names_an_older_revision_whole(capsys, tmp_path, sglpatch_home, local_target):
-    """Judged against ddtree (newest r2), a host carrying r1 whole is 'older', every file at r1 —
-    not 'mixed' with the files both revisions share credited to r2; after the upgrade, 'patched'."""
+    """Judged against ddtree (the newest revision), a host carrying r1 whole is 'older', every file
+    at r1 — not 'mixed' with the files both revisions share credited to the newest; after the
+    upgrade, 'patched'."""
     from sglang_patcher.inventory import Host
+    from sglang_patcher.patchset import load_patchset
+
+    newest = load_patchset("ddtree").revision
+    assert newest >= 2
 
     hosts = write_hosts(tmp_path / "hosts.yaml",
                         Host(name="here", transport="local", python=str(local_target)))
@@ -842,11 +847,11 @@ def test_status_against_the_patchset_names_an_older_revision_whole(capsys, tmp_p
     assert code == 0 and data["overall"] == "older" and data["older_revision"] == 1, data["files"]
     assert {f["revision"] for f in data["files"] if f["state"] == "patched"} == {1}, data["files"]
     code, out, _ = run_cli(capsys, *h, "status", "--host", "here", "--patchset", "ddtree")
-    assert "older (r1 of ddtree; r2 is the newest" in out, out
+    assert f"older (r1 of ddtree; r{newest} is the newest" in out, out
     assert run_json(capsys, *h, "status", "--host", "here")[1]["overall"] == "patched"
     assert run_json(capsys, *h, "apply", "ddtree", "--host", "here", "--yes")[0] == 0
     code, data, _ = run_json(capsys, *h, "status", "--host", "here", "--patchset", "ddtree")
-    assert data["overall"] == "patched" and {f["revision"] for f in data["files"]} == {2}, data
+    assert data["overall"] == "patched" and {f["revision"] for f in data["files"]} == {newest}, data
 
 
 def test_declining_the_prompt_deploys_nothing_and_exits_1(capsys, tmp_path, sglpatch_home, local_target,
