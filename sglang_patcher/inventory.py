@@ -12,6 +12,9 @@ File format (see the repository's ``hosts.yaml`` for a commented example)::
         sudo: false                  # prefix host commands with `sudo -n` (root-owned installs)
         tags: [gpu, h200]
         state_dir: null              # host-side state; default <site-packages>/.sglpatch
+        serve:                       # optional: how `check` (levels 2-3) and `bench` start SGLang
+          model: /models/Qwen3-8B    #   there (sglang_patcher/serve/profile.py has every field)
+          draft_model: /models/Qwen3-8B-DFlash-b16
 
 Environment expansion: ``${VAR}`` in ``python``, ``identity_file``, ``known_hosts`` and ``state_dir``
 is replaced by the variable's value; ``~`` at the start of ``identity_file``/``known_hosts`` is the
@@ -34,6 +37,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from .errors import InventoryError
+from .serve.profile import ServeProfile
 from .state import sglpatch_home
 
 HOSTS_ENV = "SGLPATCH_HOSTS"
@@ -85,6 +89,7 @@ class Host(BaseModel):
     sudo: bool = False
     tags: list[str] = Field(default_factory=list)
     state_dir: str | None = None
+    serve: ServeProfile | None = None
 
     @field_validator("name")
     @classmethod

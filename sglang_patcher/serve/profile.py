@@ -1,0 +1,138 @@
+"""The serving profile of a host (``serve:`` in ``hosts.yaml``): how to start SGLang there.
+
+Example (a GPU host)::
+
+    serve:
+      model: /models/Qwen3-8B                       # --model-path, on the host
+      draft_model: /models/Qwen3-8B-DFlash-b16      # --speculative-draft-model-path (DFlash draft)
+      args: [--attention-backend, flashinfer, --mem-fraction-static, "0.8"]   # every start
+      env: {HF_HUB_OFFLINE: "1"}
+      devices: "0"                                  # CUDA_VISIBLE_DEVICES
+      port: 30000-30010                             # one port, or a range to take the first free
+      start_timeout: 900                            # seconds until /health must answer
+      ddtree: {budget: 64, topk: null}              # the DDTREE arguments of checks and bench
+      max_new_tokens: 32                            # per prompt in `check --level 2/3`
+      bench: {concurrency: [1, 4, 16, 64], requests: 64, max_new_tokens: 256}
+
+Everything but ``model`` has a default; ``draft_model`` is needed for the levels and arms that
+speculate (check level 3, bench DFLASH/DDTREE).
+"""
+
+from __future__ import annotations
+
+import re
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+_PORTS = re.compile(r"^\s*(\d+)\s*(?:-\s*(\d+)\s*)?$")
+ALGORITHMS = ("none", "DFLASH", "DDTREE")
+
+
+class DDTreeSettings(BaseModel):
+    """DDTREE's own arguments for the starts that use it."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    budget: int = Field(default=64, ge=1)
+    topk: int | None = Field(default=None, ge=1)
+
+    def flags(self) -> list[str]:
+        out = ["--speculative-ddtree-budget", str(self.budget)]
+        if self.topk is not None:
+            out += ["--speculative-ddtree-topk", str(self.topk)]
+        return out
+
+
+class BenchSettings(BaseModel):
+    """What ``sglpatch bench`` sends by default (each can be overridden on the command line)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    concurrency: list[int] = Field(default_factory=lambda: [1, 4, 16, 64])
+    requests: int = Field(default=64, ge=1)           # per concurrency level and arm
+    max_new_tokens: int = Field(default=256, ge=1)
+    budgets: list[int] = Field(default_factory=list)  # DDTREE budgets to measure (default: ddtree.budget)
+
+    @field_validator("concurrency", "budgets")
+    @classmethod
+    def _positive(cls, v: list[int]) -> list[int]:
+        if any(x < 1 for x in v):
+            raise ValueError("values must be >= 1")
+        return v
+
+
+class ServeProfile(BaseModel):
+    """How SGLang is started on a host for ``check`` and ``bench``. See the module docstring."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    model: str
+    draft_model: str | None = None
+    args: list[str] = Field(default_factory=list)
+    env: dict[str, str] = Field(default_factory=dict)
+    devices: str | None = None
+    port: int | str = 30000
+    start_timeout: float = Field(default=900, gt=0)
+    ddtree: DDTreeSettings = Field(default_factory=DDTreeSettings)
+    dflash_args: list[str] = Field(default_factory=list)
+    max_new_tokens: int = Field(default=32, ge=1)
+    bench: BenchSettings = Field(default_factory=BenchSettings)
+
+    @field_validator("args", "dflash_args", mode="before")
+    @classmethod
+    def _strings(cls, v: object) -> object:
+        # YAML gives numbers for `--mem-fraction-static 0.8`; argv items are strings
+        if isinstance(v, list):
+            return [str(x) for x in v]
+        return v
+
+    @field_validator("env", mode="before")
+    @classmethod
+    def _env_strings(cls, v: object) -> object:
+        if isinstance(v, dict):
+            return {str(k): str(x) for k, x in v.items()}
+        return v
+
+    @field_validator("port")
+    @classmethod
+    def _port(cls, v: int | str) -> int | str:
+        lo, hi = _parse_ports(v)
+        if not (1 <= lo <= hi <= 65535):
+            raise ValueError(f"port must be 1-65535 or a range LOW-HIGH within it, got {v!r}")
+        return v
+
+    @model_validator(mode="after")
+    def _args_are_not_ours(self) -> "ServeProfile":
+        owned = {"--model-path", "--port", "--host", "--speculative-algorithm",
+                 "--speculative-draft-model-path"}
+        clash = sorted(a for a in self.args if a.split("=", 1)[0] in owned)
+        if clash:
+            raise ValueError(f"`args` may not set {', '.join(clash)}: sglpatch sets those itself "
+                             "(use `model`, `draft_model` and `port`)")
+        return self
+
+    @property
+    def ports(self) -> range:
+        lo, hi = _parse_ports(self.port)
+        return range(lo, hi + 1)
+
+    def environment(self) -> dict[str, str]:
+        """``env`` plus ``CUDA_VISIBLE_DEVICES`` from ``devices``."""
+        out = dict(self.env)
+        if self.devices is not None:
+            out["CUDA_VISIBLE_DEVICES"] = self.devices
+        return out
+
+    def max_level(self) -> int:
+        """The highest check level this profile allows: 3 with a draft model, else 2."""
+        return 3 if self.draft_model else 2
+
+
+def _parse_ports(v: int | str) -> tuple[int, int]:
+    if isinstance(v, int):
+        return v, v
+    m = _PORTS.match(str(v))
+    if not m:
+        raise ValueError(f"port must be a number or LOW-HIGH, got {v!r}")
+    lo = int(m.group(1))
+    return lo, int(m.group(2) or lo)

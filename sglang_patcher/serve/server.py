@@ -1,0 +1,218 @@
+"""An SGLang server on a host, started and always stopped by sglpatch (``check`` level 2/3, ``bench``).
+
+The server runs as a detached process group on the host (``remote/server_agent.py``), under the
+host's interpreter, reached over the same transport as everything else: requests go from the
+agent on the host to ``127.0.0.1:<port>``, so no port is forwarded or opened to the network.
+:class:`RemoteServer` is a context manager: the server is stopped (its whole process group) when
+the block ends — by success, an error, a timeout or Ctrl-C. A server left running by an earlier
+run that could not stop it (a crashed client, a killed SSH session) is a *leftover*: a new start
+refuses while one runs and names it; ``stop_leftovers`` stops them.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..discovery import HostInfo
+from ..errors import CheckFailedError, ConfigError
+from ..inventory import Host
+from ..remote.launcher import call_json
+from ..transport.base import Transport
+from .profile import DDTreeSettings, ServeProfile
+
+SCRIPT = "server_agent"
+Progress = Callable[[str], None]
+
+
+class ServerError(CheckFailedError):
+    """The server did not start, died, or did not answer; carries its log tail."""
+
+    def __init__(self, message: str, *, log_tail: str = "", hint: str | None = None):
+        tail = "\n".join(log_tail.strip().splitlines()[-25:])
+        super().__init__(message + (f"\n  server log (last lines):\n    " + tail.replace("\n", "\n    ")
+                                    if tail else ""), hint=hint)
+        self.log_tail = log_tail
+
+
+def servers_dir(host: Host, info: HostInfo) -> str:
+    """Where server records and logs live on the host: ``<state dir>/servers`` (for a ``sudo: true``
+    host, whose state dir is root's, ``~/.sglpatch/servers`` of the login user)."""
+    if host.sudo:
+        return "~/.sglpatch/servers"
+    base = host.state_dir or f"{info.site_packages.rstrip('/')}/.sglpatch"
+    return f"{base}/servers"
+
+
+def launch_argv(host: Host, profile: ServeProfile, algorithm: str, port: int,
+                ddtree: DDTreeSettings | None = None) -> list[str]:
+    """``python -m sglang.launch_server`` for ``algorithm`` ("none" | "DFLASH" | "DDTREE").
+
+    Raises ConfigError when a speculative algorithm is asked of a profile without ``draft_model``.
+    """
+    argv = [host.python, "-m", "sglang.launch_server", "--model-path", profile.model,
+            "--host", "127.0.0.1", "--port", str(port), *profile.args]
+    if algorithm == "none":
+        return argv
+    if not profile.draft_model:
+        raise ConfigError(f"host {host.name}: {algorithm} needs a draft model",
+                          hint=f"set serve.draft_model for {host.name} in the inventory "
+                               "(the DFlash draft model's path on the host)")
+    argv += ["--speculative-algorithm", algorithm, "--speculative-draft-model-path",
+             profile.draft_model, *profile.dflash_args]
+    if algorithm == "DDTREE":
+        argv += (ddtree or profile.ddtree).flags()
+    return argv
+
+
+@dataclass
+class RemoteServer:
+    """One server start on a host (see the module docstring). Use as a context manager."""
+
+    transport: Transport
+    host: Host
+    info: HostInfo
+    profile: ServeProfile
+    name: str
+    argv_for_port: Callable[[int], list[str]]
+    progress: Progress | None = None
+    port: int | None = None
+    pid: int | None = None
+    log: str | None = None
+    ready_s: float | None = None
+    _dir: str = field(default="", repr=False)
+
+    def __post_init__(self) -> None:
+        self._dir = servers_dir(self.host, self.info)
+
+    # -- plumbing ---------------------------------------------------------------------------
+    def _call(self, op: str, args: dict[str, Any], timeout: float = 120) -> dict[str, Any]:
+        return call_json(self.transport, self.host.python, SCRIPT, op, args, timeout=timeout)
+
+    def _say(self, text: str) -> None:
+        if self.progress is not None:
+            self.progress(text)
+
+    def log_tail(self, nbytes: int = 6000) -> str:
+        try:
+            return str(self._call("log_tail", {"name": self.name, "servers_dir": self._dir,
+                                               "bytes": nbytes}).get("text", ""))
+        except Exception:  # the log is a courtesy in an error path
+            return ""
+
+    # -- lifecycle --------------------------------------------------------------------------
+    def __enter__(self) -> "RemoteServer":
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def start(self) -> None:
+        """Start on the first free port of the profile. Raises ServerError naming a leftover
+        server or, when every port is taken, the ports."""
+        ports = list(self.profile.ports)
+        for port in ports:
+            argv = self.argv_for_port(port)
+            ans = self._call("start", {"name": self.name, "argv": argv, "port": port,
+                                       "env": self.profile.environment(), "servers_dir": self._dir})
+            if ans.get("ok", True):
+                self.port, self.pid, self.log = port, int(ans["pid"]), str(ans["log"])
+                self._say(f"started {self.name} on port {port} (pid {self.pid}, log {self.log})")
+                return
+            if ans.get("kind") == "port_in_use":
+                continue
+            if ans.get("kind") == "leftover":
+                srv = ans.get("server", {})
+                raise ServerError(
+                    f"{self.host.name}: {ans.get('error')}",
+                    hint=f"stop it with `sglpatch check --host {self.host.name} --stop-leftovers` "
+                         f"(or kill process group {srv.get('pgid', srv.get('pid'))} on the host); its log "
+                         f"is {srv.get('log')}")
+            raise ServerError(f"{self.host.name}: {ans.get('error')}")
+        span = f"port {ports[0]}" if len(ports) == 1 else f"ports {ports[0]}-{ports[-1]}"
+        raise ServerError(f"{self.host.name}: {span} in use by another process",
+                          hint=f"free it, or give serve.port a free port or a range (e.g. "
+                               f"{ports[0]}-{ports[0] + 10}) for {self.host.name} in the inventory")
+
+    def wait_ready(self, timeout: float | None = None) -> float:
+        """Poll ``/health`` until it answers; seconds taken. Raises ServerError (with the log tail)
+        when the server exits first or ``timeout`` (default: the profile's) passes."""
+        limit = self.profile.start_timeout if timeout is None else timeout
+        t0 = time.monotonic()
+        last_line = ""
+        while True:
+            ans = self._call("poll", {"name": self.name, "servers_dir": self._dir, "timeout_s": 2,
+                                      "tail_bytes": 3000})
+            tail = str(ans.get("log_tail", ""))
+            if ans.get("healthy"):
+                self.ready_s = time.monotonic() - t0
+                self._say(f"{self.name}: ready after {self.ready_s:.0f} s")
+                return self.ready_s
+            if not ans.get("alive", False):
+                raise ServerError(f"{self.host.name}: the server ({self.name}) exited before it was "
+                                  "ready", log_tail=tail,
+                                  hint=f"the whole log is {self.log} on {self.host.name}")
+            waited = time.monotonic() - t0
+            if waited > limit:
+                raise ServerError(f"{self.host.name}: the server ({self.name}) did not answer "
+                                  f"/health within {limit:.0f} s", log_tail=tail,
+                                  hint="raise serve.start_timeout if it is still loading")
+            lines = [ln for ln in tail.strip().splitlines() if ln.strip()]
+            if lines and lines[-1] != last_line:
+                last_line = lines[-1]
+            self._say(f"{self.name}: loading ({waited:.0f} s) {last_line[-100:]}")
+            time.sleep(2)
+
+    def stop(self) -> None:
+        """Stop the server's process group (TERM, then KILL); safe to call twice."""
+        if self.pid is None:
+            return
+        try:
+            self._call("stop", {"name": self.name, "servers_dir": self._dir, "grace_s": 30},
+                       timeout=90)
+            self._say(f"stopped {self.name}")
+        finally:
+            self.pid = None
+
+    # -- requests ---------------------------------------------------------------------------
+    def generate(self, requests: Sequence[dict[str, Any]], concurrency: int = 1,
+                 timeout: float = 1800) -> list[dict[str, Any]]:
+        """POST /generate for each request (``concurrency`` at a time); results in order. Raises
+        ServerError when the server fails a request or dies."""
+        ans = self._call("generate", {"port": self.port, "requests": list(requests),
+                                      "concurrency": concurrency, "timeout_s": timeout},
+                         timeout=timeout + 60)
+        results = list(ans.get("results", []))
+        bad = [r for r in results if "error" in r]
+        if bad:
+            raise ServerError(f"{self.host.name}: {len(bad)} of {len(results)} requests to "
+                              f"{self.name} failed: {bad[0]['error'][:300]}", log_tail=self.log_tail())
+        return results
+
+    def stream(self, requests: Sequence[dict[str, Any]], concurrency: int,
+               timeout: float = 3600) -> tuple[list[dict[str, Any]], float]:
+        """Streamed requests (``bench``): per request output tokens, latency, time to first token;
+        and the wall time of the whole set."""
+        ans = self._call("bench", {"port": self.port, "requests": list(requests),
+                                   "concurrency": concurrency, "timeout_s": timeout},
+                         timeout=timeout + 60)
+        return list(ans.get("results", [])), float(ans.get("wall_s", 0.0))
+
+    def server_info(self) -> dict[str, Any]:
+        ans = self._call("server_info", {"port": self.port})
+        return dict(ans.get("info", {})) if ans.get("ok", True) else {}
+
+
+def list_servers(transport: Transport, host: Host, info: HostInfo) -> list[dict[str, Any]]:
+    """The servers sglpatch recorded on the host, with ``alive``."""
+    ans = call_json(transport, host.python, SCRIPT, "list", {"servers_dir": servers_dir(host, info)})
+    return list(ans.get("servers", []))
+
+
+def stop_server(transport: Transport, host: Host, info: HostInfo, name: str) -> dict[str, Any]:
+    """Stop the recorded server ``name`` (a leftover)."""
+    return call_json(transport, host.python, SCRIPT, "stop",
+                     {"name": name, "servers_dir": servers_dir(host, info), "grace_s": 30}, timeout=90)
