@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from .remote import launcher
+from .remote.agent_client import AgentClient
 from .transport.base import Transport
 
 __all__ = ["run_checks", "run_l0", "run_l1", "CheckReport", "CheckResult", "parse_l1_output", "l1_script_path"]
@@ -113,8 +114,6 @@ class CheckReport:
 def run_l0(transport: Transport, interpreter: str, site_packages: str, files: Iterable[str], *,
            sudo: bool = False) -> list[CheckResult]:
     """``py_compile`` every ``.py`` among ``files`` (site-packages-relative) in one round trip."""
-    from .deploy import AgentClient  # the agent client lives with the transaction
-
     py = sorted(p for p in files if p.endswith(".py"))
     if not py:
         return [CheckResult("L0", "py_compile", "skipped", "no .py file touched")]

@@ -13,108 +13,16 @@ import logging
 import os
 import sys
 import traceback
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any
 
 import click
 from rich.console import Console
 from rich.text import Text
 
-from . import __version__
-from .errors import ConfigError, InventoryError, SglpatchError
-from .inventory import HOSTS_ENV, Host, Inventory, default_inventory_path, load_inventory
+from . import cli_commands  # noqa: F401  (registers the subcommands on `cli`)
+from .cli_app import AppContext, cli, pass_app  # the frame: the click group and its context
+from .errors import SglpatchError
 
-
-@dataclass
-class AppContext:
-    """What every subcommand can take from ``click.Context.obj``."""
-
-    hosts_file: str | None
-    as_json: bool
-    debug: bool
-    console: Console = field(default_factory=lambda: Console(highlight=False))
-    err: Console = field(default_factory=lambda: Console(stderr=True, highlight=False, soft_wrap=True))
-    _inventories: dict[bool, Inventory] = field(default_factory=dict)  # by skip_bad_hosts
-
-    def inventory(self, *, required: bool = True, skip_bad_hosts: bool = False) -> Inventory | None:
-        """The inventory; with ``skip_bad_hosts``, invalid host entries are left out (``host``
-        warns about them) instead of refusing the whole file — for commands that act on one host."""
-        if skip_bad_hosts not in self._inventories:
-            try:
-                self._inventories[skip_bad_hosts] = load_inventory(self.hosts_file, skip_bad_hosts=skip_bad_hosts)
-            except InventoryError:
-                if required or self.hosts_file:
-                    raise
-                return None
-        return self._inventories[skip_bad_hosts]
-
-    def _warn_skipped(self, inv: Inventory, name: str) -> None:
-        others = sorted(n for n in inv.invalid if n != name)
-        if others:
-            self.err.print(f"warning: {inv.path}: left out invalid host entr{'y' if len(others) == 1 else 'ies'} "
-                           f"{', '.join(others)} (`sglpatch hosts` says what is wrong)", markup=False)
-
-    def host(self, name: str) -> Host:
-        """Resolve a host name; ``sandbox`` falls back to the embedded default target."""
-        try:
-            inv = self.inventory(required=name != "sandbox", skip_bad_hosts=True)
-        except InventoryError as exc:
-            if not self.hosts_file and not default_inventory_path().exists():  # no inventory at all
-                raise InventoryError(f"unknown host {name!r}: there is no inventory ({exc.message})",
-                                     hint=f"describe {name} in ./hosts.yaml, or in a file named by --hosts "
-                                          f"FILE or ${HOSTS_ENV} (the repository's hosts.yaml shows the "
-                                          f"format); `--host sandbox` needs no inventory") from exc
-            raise
-        if inv is not None and inv.invalid:
-            self._warn_skipped(inv, name)
-        if inv is not None and (name in inv.names() or name in inv.invalid):
-            return inv.get(name)  # an invalid entry raises its own problem
-        if name == "sandbox":
-            from .sandbox import sandbox_host
-            return sandbox_host()
-        assert inv is not None
-        return inv.get(name)  # raises InventoryError listing the known hosts
-
-    def say(self, renderable: Any = "") -> None:
-        """Print for people (suppressed with --json, where only the JSON document goes to stdout)."""
-        if self.as_json:
-            self.err.print(renderable)
-        else:
-            self.console.print(renderable)
-
-    def result(self, obj: Any) -> None:
-        """Print a result: its JSON with --json, else its rich rendering (never cropped at the
-        terminal width when the result says ``uncropped``, as a full diff does)."""
-        if self.as_json:
-            data = obj.to_json() if hasattr(obj, "to_json") else obj
-            if isinstance(data, dict) and "ok" not in data:  # as the error documents say "ok": false
-                data = {"ok": True, **data}
-            if isinstance(data, str):
-                click.echo(data)
-            else:
-                click.echo(json.dumps(data, indent=2, sort_keys=True, default=str))
-        else:  # soft wrap: lines longer than the terminal are printed whole (a diff's must be)
-            self.console.print(obj, soft_wrap=bool(getattr(obj, "uncropped", False)))
-
-
-pass_app = click.make_pass_decorator(AppContext)
-
-
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(__version__, prog_name="sglpatch")
-@click.option("--hosts", "hosts_file", metavar="FILE", envvar="SGLPATCH_HOSTS",
-              help="Inventory file (default: $SGLPATCH_HOSTS, else ./hosts.yaml).")
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON document instead of tables.")
-@click.option("--debug", is_flag=True, help="Show tracebacks of errors.")
-@click.pass_context
-def cli(ctx: click.Context, hosts_file: str | None, as_json: bool, debug: bool) -> None:
-    """Put versioned patchsets onto SGLang installs over SSH, prove they work, take them off."""
-    ctx.obj = AppContext(hosts_file=hosts_file, as_json=as_json, debug=debug)
-
-
-# --- commands are registered from cli_commands (kept apart so this module stays the frame) ---
-from . import cli_commands  # noqa: E402,F401  (registers subcommands on `cli`)
+__all__ = ["main", "cli", "AppContext", "pass_app"]
 
 
 def _global_flags(argv: list[str]) -> set[str]:

@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 
 from . import deploy, service
-from .cli import AppContext, cli, pass_app
+from .cli_app import AppContext, cli, pass_app
 from .errors import ConfigError, DriftError
 from .inventory import default_inventory_path
 

@@ -17,7 +17,7 @@ from .patchset import load_patchset
 from .sandbox import ensure_sandbox, sandbox_dir, sandbox_host
 
 if TYPE_CHECKING:
-    from .cli import AppContext
+    from .cli_app import AppContext
 
 
 def run_demo(app: "AppContext", *, version: str, patchset: str, with_deps: bool = False) -> None:

@@ -394,7 +394,7 @@ def test_every_interruption_point_is_recoverable(env, monkeypatch, point, then):
 def test_missing_backups_hint_copies_locally_or_by_scp(tmp_path):
     """The hint names each local copy and where it goes: a plain path on a local host, HOST:path
     (e.g. with scp) on a remote one; a backup with no local copy is named as lost."""
-    from sglang_patcher.deploy import _missing_backups_hint
+    from sglang_patcher.deploy.rollback import missing_backups_hint as _missing_backups_hint
 
     keep = tmp_path / "backups" / "gpu-1" / "d1" / "a.py"
     keep.parent.mkdir(parents=True)
@@ -485,7 +485,9 @@ def test_prune_deletes_only_rolled_back_backups_beyond_keep(env):
 def test_host_backups_reader_skips_pruned_and_missing_backups(env):
     """After a prune, a pristine read that reaches the host's backups passes over the pruned
     deployment (and one whose backups vanished) to one that still has them; never an error."""
-    from sglang_patcher.deploy import _agent_for, _HostBackups, prune_host
+    from sglang_patcher.deploy import prune_host
+    from sglang_patcher.deploy.agent import agent_for as _agent_for
+    from sglang_patcher.deploy.pristine import HostBackups as _HostBackups
 
     first = apply(env).deployment_id
     rollback_host(env.t, env.host, env.info, home=env.home)
@@ -552,7 +554,7 @@ def test_put_backups_takes_only_the_recorded_originals(env):
     deployment's record names (its ``before`` sha256) and the deployment is still active; bytes
     of another file, a path the deployment did not replace and a rolled-back deployment are refused
     with nothing written. Accepted bytes land where rollback reads them, and the rollback works."""
-    from sglang_patcher.deploy import _agent_for
+    from sglang_patcher.deploy.agent import agent_for as _agent_for
     from sglang_patcher.errors import SglpatchError
 
     res = apply(env)

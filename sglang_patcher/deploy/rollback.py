@@ -1,0 +1,217 @@
+"""Rollback: put a deployment's originals back on the host, verified by hash — and, when the host
+lost some of those originals, find them first.
+
+A user's ``sglpatch rollback`` is :func:`rollback_host`. The agent restores each backup of the
+deployment (stage, verify, rename), as one step per deployment, newest first. A backup lost on the
+host is looked for where its bytes may still be (:func:`recover_backups`): this machine's copies
+of the deployment's backups, the host's mirror, the release's PyPI wheel — only bytes with the
+sha256 the record names count — and put back (agent ``put_backups``) before the rollback runs.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+from ..discovery import HostInfo
+from ..errors import StateError
+from ..inventory import Host
+from ..mirror import Mirror
+from ..remote.agent_client import AgentStateError, make_holder
+from ..state import sglpatch_home
+from ..transport.base import Transport
+from ..transport.local import LocalTransport
+from .agent import Progress, agent_for, host_name, lock_takeover, no_progress
+from .pristine import LocalBackups, PristineSource, Reader, wheel_reader
+from .records import (ACTIVE, check_host_records, check_local_writable, local_only_active, local_paths,
+                      save_local_record, sync_local_records)
+from .results import RollbackResult
+
+
+def rollback_host(transport: Transport, host: Host, info: HostInfo, deployment_id: str | None = None, *,
+                  break_lock: bool = False, force: bool = False, home: Path | None = None,
+                  progress: Progress | None = None) -> RollbackResult:
+    """Roll back ``deployment_id`` (None: the latest active one; an interrupted one first).
+
+    With an id, every active deployment after it that touches the same files is rolled back too,
+    newest first, so the host ends in the state before ``deployment_id``. The agent restores each
+    backup (stage, verify, rename, original owner and mode), removes added files, purges bytecode and
+    verifies every file against its recorded pre-deploy sha256. A file edited on the host since the
+    deployment wrote it is drift: :class:`DriftError` naming the files and nothing is changed, unless
+    ``force`` (the edited bytes are then kept on the host under ``backups/<id>.drifted/``).
+    Nothing active (rolled back already, or never deployed) is no error: the result names no
+    deployment (``already``: the latest rolled-back one, if any). Backups lost on the host are put
+    back first, each that is found by its recorded sha256 in the local copies, the host's mirror
+    or the release's wheel (``backups_put_back`` says which came from where); if any is found
+    nowhere, no file is restored. Raises StateError (unknown id, local records of an active
+    deployment the host has no record of, a backup missing or not matching that none of those
+    holds), LockHeldError, DriftError.
+    """
+    t0 = time.monotonic()
+    rt0 = transport.round_trips
+    home = home or sglpatch_home()
+    progress = progress or no_progress
+    name = host_name(host, transport)
+    agent = agent_for(transport, host, info)
+    hist = agent.history()
+    check_host_records(name, hist)
+    sync_local_records(home, name, hist.get("deployments", []))
+    records = {d["id"]: d for d in hist.get("deployments", [])}
+    j = hist.get("journal")
+    if j is not None:
+        records[j["id"]] = j
+    order = sorted(records.values(), key=lambda d: (d.get("times", {}).get("started", ""), d["id"]))
+    active = [d for d in order if d.get("phase") in ACTIVE]
+    if deployment_id is None:
+        if not active:
+            shown = [d['id'] + ' ' + str(d.get('phase')) for d in order]
+            lost = local_only_active(home, name, set(records))
+            if not lost:  # rolled back already, or never deployed: the wanted state holds (exit 0)
+                return RollbackResult(host=name, rolled_back=[], files={},
+                                      already=[d["id"] for d in order if d.get("phase") == "rolled_back"][-1:],
+                                      round_trips=transport.round_trips - rt0, seconds=time.monotonic() - t0)
+            raise StateError(
+                f"{name}: no deployment to roll back in the host's records (history: "
+                f"{', '.join(shown[-5:]) or 'empty'}{f', and {len(shown) - 5} earlier' if len(shown) > 5 else ''})",
+                hint=f"the host has no record of deployment(s) {', '.join(p.stem for p in lost)}, active in "
+                     f"the local copies: {', '.join(str(p) for p in lost)} — if its files are still patched "
+                     f"(`sglpatch status --host {name}`), copy the record back into the host's .sglpatch/"
+                     f"deployments/ and roll back again")
+        todo = [active[-1]]
+    else:
+        if deployment_id not in records:
+            raise StateError(f"{name}: no deployment {deployment_id} on this host",
+                             hint=f"`sglpatch status --host {name}` lists them")
+        start = order.index(records[deployment_id])
+        todo = [d for d in order[start:] if d.get("phase") in ACTIVE]
+        first = records[deployment_id]
+        todo = [d for d in todo if d is first or set(d.get("files", {})) & set(first.get("files", {}))]
+        todo.reverse()
+    refuse_other_release(name, info, todo, home)
+    takeover = lock_takeover(name, hist.get("lock"), break_lock, "cannot roll back")
+    if todo:
+        check_local_writable(home, name)
+    rolled: list[str] = []
+    already: list[str] = []
+    final: dict[str, str | None] = {}
+    if deployment_id is not None and not todo:
+        already.append(deployment_id)
+    put_back: dict[str, dict[str, str]] = {}
+    kept: dict[str, str] = {}
+    for d in todo:
+        holder = make_holder(d["id"])
+        progress("rollback", f"{d['id']} ({d.get('patchset')} r{d.get('revision')}, {len(d.get('files', {}))} files)")
+        try:
+            out = agent.rollback(d["id"], holder, break_lock=takeover, force=force)
+        except AgentStateError as exc:
+            if exc.kind != "backup_missing":
+                raise
+            missing = exc.details.get("backups", {})
+            if not missing:
+                raise
+            found = recover_backups(home, name, info, d, missing)
+            if found:  # verified originals: harmless to put back even when others stay lost
+                agent.put_backups(d["id"], {p: data for p, (data, _) in found.items()}, holder,
+                                  break_lock=takeover)
+                put_back[d["id"]] = {p: src for p, (_, src) in found.items()}
+                progress("rollback", f"{d['id']}: put back {len(found)} lost backup(s) from "
+                                     f"{', '.join(sorted(set(put_back[d['id']].values())))}")
+            nowhere = {p: b for p, b in missing.items() if p not in found}
+            if nowhere:
+                raise StateError(
+                    f"{name}: {len(nowhere)} backup(s) of deployment {d['id']} are missing or damaged on the host "
+                    f"and no copy with the recorded sha256 is left (local copies, mirror, release wheel): "
+                    f"{', '.join(sorted(nowhere.values()))}; nothing was restored"
+                    + (f" ({len(found)} other lost backup(s) were put back)" if found else ""),
+                    hint=missing_backups_hint(home, name, d["id"], nowhere,
+                                              local=isinstance(transport, LocalTransport))) from exc
+            out = agent.rollback(d["id"], holder, break_lock=takeover, force=force)
+        (already if out.get("already") else rolled).append(d["id"])
+        kept.update(out["deployment"].get("drift_kept") or {})
+        save_local_record(home, name, out["deployment"])
+        for p, f in out["deployment"].get("files", {}).items():
+            final[p] = f.get("before")
+    return RollbackResult(host=name, rolled_back=rolled, files=final, already=already,
+                          round_trips=transport.round_trips - rt0, seconds=time.monotonic() - t0,
+                          backups_put_back=put_back, drift_kept=kept)
+
+
+def recover_backups(home: Path, name: str, info: HostInfo, record: dict[str, Any],
+                    missing: dict[str, str]) -> dict[str, tuple[bytes, str]]:
+    """Originals of deployment ``record`` whose host backups are lost (``missing``: {path: backup
+    path on the host}), found where their bytes still are: the local copies ``save_local_record``
+    kept, the host's mirror, the release's PyPI wheel (fetched if not cached). Each must have the
+    sha256 the record names as ``before`` (else it is not the original: left out). Returns
+    {path: (bytes, source name)} for the paths found; never raises for a path not found."""
+    hashes = {p: f.get("before") for p, f in record.get("files", {}).items()
+              if p in missing and isinstance(f, dict) and f.get("before")}
+    version = str(record.get("sglang_version") or info.sglang_version or "")
+    readers: list[tuple[str, Reader]] = [("local copies", LocalBackups(home, name, hashes))]
+    mirror = Mirror(home, name, version) if version else None
+    if mirror is not None and mirror.exists():
+        readers.append((f"the mirror of {name}", mirror.read))
+    if version:
+        readers.append((f"wheel sglang=={version}", wheel_reader(version, home)))
+    src = PristineSource(hashes, readers)
+    found: dict[str, tuple[bytes, str]] = {}
+    for p in sorted(hashes):
+        try:
+            data = src.read(p)
+        except StateError:
+            continue
+        if data is not None:
+            found[p] = (data, src.used[p])
+    return found
+
+
+def refuse_other_release(name: str, info: HostInfo, todo: list[dict[str, Any]], home: Path) -> None:
+    """Refuse to roll back a deployment made on another SGLang release than the host has now:
+    its backups are the old release's files, and restoring them (``--force`` included) would
+    write them over the new install. Raises :class:`StateError` naming both releases."""
+    now = str(info.sglang_version or "")
+    other = [d for d in todo if d.get("sglang_version") and now and str(d["sglang_version"]) != now]
+    if not other:
+        return
+    d = other[0]
+    created = sorted(p for p, f in d.get("files", {}).items() if f.get("before") is None)
+    local = local_paths(home, name, d["id"])[0]
+    raise StateError(
+        f"{name}: deployment {d['id']} was made on sglang {d['sglang_version']}, but the host now has "
+        f"sglang {now}: its backups are {d['sglang_version']}'s files, and restoring them (even with "
+        f"--force) would write them over the {now} install; nothing was changed",
+        hint=(f"installing sglang {now} replaced the patched files it ships"
+              + (f"; files the deployment added are still there: {', '.join(created)} — delete them if "
+                 f"sglang {now} does not ship them" if created else "")
+              + f"; then move the host's record deployments/{d['id']}.json out of its .sglpatch/ state "
+                f"directory (a local copy stays at {local}) and check with `sglpatch status --host {name}`; "
+                f"or reinstall sglang {d['sglang_version']} on the host and roll back"))
+
+
+def missing_backups_hint(home: Path, host: str, deployment_id: str, backups: dict[str, str], *,
+                        local: bool = False) -> str:
+    """What to do when the host lost backups of a deployment: the local copies that
+    ``save_local_record`` kept (under $SGLPATCH_HOME/backups/HOST/ID/), each with where it goes
+    (``local``: the host is this machine, so a plain copy, not scp)."""
+    bdir = local_paths(home, host, deployment_id)[1]
+    have = {rel: bdir / rel for rel in backups if (bdir / rel).is_file()}
+    to = "" if local else host + ":"
+    # the host's backups/<id>/ directory each backup lies in (None: a path not ending in its rel)
+    roots = {backups[rel][:-len(rel) - 1] if backups[rel].endswith("/" + rel) else None for rel in have}
+    whole = len(have) > 2 and len(roots) == 1 and None not in roots  # one copy of the whole tree
+    if whole:
+        dest = roots.pop()
+        lines = [f"copy the files under {bdir}/ into {to}{dest}/, keeping their paths"
+                 f" ({'cp' if local else 'scp'} -r {bdir}/. {to}{dest}/)"]
+    else:
+        lines = [f"copy {have[rel]} to {to}{backups[rel]}" for rel in sorted(have)]
+    lost = sorted(set(backups) - set(have))
+    how = "" if local or whole else " (e.g. with scp)"
+    text = ("; ".join(lines) + how + ", then rerun `sglpatch rollback --host " + host + "`") if lines else ""
+    if lost:
+        text += ("; " if text else "") + (f"no local copy of {', '.join(lost)} either: put a copy with the sha256 "
+                                          "the deployment's record names as `before` at each backup path and "
+                                          "roll back again (only those bytes are the originals); failing that, "
+                                          "reinstall the SGLang release on the host — which does not bring "
+                                          "back what those originals held — and check `sglpatch status`")
+    return text

@@ -1,0 +1,268 @@
+"""The client of the host's deploy agent (:mod:`sglang_patcher.remote.deploy_agent`): one method per
+agent operation, one round trip each, the agent's refusals raised as typed errors.
+
+Also what the agent's protocol asks of a client: the lock *holder* it writes on the host
+(:func:`make_holder`, and :func:`holder_is_stale` to tell a dead one) and the tar that carries file
+contents both ways (:func:`payload_tar`, :func:`untar`).
+
+It lives beside the agent, not in :mod:`sglang_patcher.deploy`: the smoke checks (:mod:`..checks`)
+use its ``compile`` op too, and the deploy transaction uses the checks.
+"""
+
+from __future__ import annotations
+
+import getpass
+import io
+import os
+import socket
+import tarfile
+import time
+import uuid
+from typing import Any
+
+from ..errors import DeployError, DriftError, LockHeldError, StateError
+from ..manifest import sha256_bytes
+from ..transport.base import Transport
+from . import launcher
+
+__all__ = ["AGENT", "AgentClient", "AgentError", "AgentDriftError", "AgentLockHeldError", "AgentStateError",
+           "make_holder", "describe_holder", "holder_is_stale", "payload_tar", "untar"]
+
+AGENT = "deploy_agent"
+
+
+def _utc_now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+# --------------------------------------------------------------------------------- the lock holder
+
+def make_holder(deployment_id: str | None) -> dict[str, Any]:
+    """The lock holder this process writes on a host: user, pid, host, start time, deployment, token."""
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):
+        user = str(os.getuid())
+    return {"user": user, "pid": os.getpid(), "host": socket.gethostname(), "started": _utc_now(),
+            "deployment": deployment_id, "token": uuid.uuid4().hex}
+
+
+def describe_holder(h: dict[str, Any] | None) -> str:
+    """One line naming a lock holder."""
+    if not h:
+        return "nobody"
+    if h.get("unreadable"):
+        return "an unreadable lock file"
+    return (f"{h.get('user')}@{h.get('host')} pid {h.get('pid')} since {h.get('started')} "
+            f"(deployment {h.get('deployment')})")
+
+
+def holder_is_stale(h: dict[str, Any] | None) -> bool:
+    """True when the holder is a process on THIS machine that no longer runs (safe to take over)."""
+    if not h or h.get("unreadable") or h.get("host") != socket.gethostname():
+        return False
+    try:
+        pid = int(h.get("pid"))  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return False
+    if pid == os.getpid():
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    return _is_zombie(pid)  # killed, not yet reaped by its parent: it holds nothing any more
+
+
+def _is_zombie(pid: int) -> bool:
+    """True when ``pid`` has exited but is not reaped (state Z in /proc; False where there is none)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat_line = f.read()
+    except OSError:
+        return False
+    return stat_line[stat_line.rfind(b")") + 2:][:1] == b"Z"
+
+
+# ------------------------------------------------------------------------------------ the payload
+
+def payload_tar(contents: dict[str, bytes]) -> bytes:
+    """A tar (uncompressed, members = site-packages-relative paths) of ``contents``."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tf:
+        for path in sorted(contents):
+            data = contents[path]
+            ti = tarfile.TarInfo(path)
+            ti.size = len(data)
+            ti.mode = 0o644
+            ti.mtime = int(time.time())
+            tf.addfile(ti, io.BytesIO(data))
+    return buf.getvalue()
+
+
+def untar(data: bytes) -> dict[str, bytes]:
+    """Inverse of :func:`payload_tar` (regular files only)."""
+    out: dict[str, bytes] = {}
+    with tarfile.open(fileobj=io.BytesIO(data), mode="r:") as tf:
+        for m in tf:
+            if m.isfile():
+                f = tf.extractfile(m)
+                assert f is not None
+                out[m.name] = f.read()
+    return out
+
+
+# ------------------------------------------------------------------------------------- the errors
+
+class _AgentFailure:
+    """Mixin: an expected failure reported by the host agent, with its ``kind`` and ``details``."""
+
+    def __init__(self, message: str, *, kind: str, details: dict[str, Any], hint: str | None = None):
+        super().__init__(message, hint=hint)  # type: ignore[call-arg]
+        self.kind = kind
+        self.details = details
+
+
+class AgentError(_AgentFailure, DeployError):
+    """The agent refused or failed (disk, permission, push); exit code of DeployError."""
+
+
+class AgentDriftError(_AgentFailure, DriftError):
+    """The agent found live hashes outside the allowed set."""
+
+
+class AgentLockHeldError(_AgentFailure, LockHeldError):
+    """Another deployment holds the host's lock."""
+
+
+class AgentStateError(_AgentFailure, StateError):
+    """The host's deployment records or journal do not allow the operation."""
+
+
+_HINTS = {
+    "lock_held": "wait for that deployment to end; if it is dead, rerun with --break-lock",
+    "journal_pending": "run `sglpatch apply` again (it resumes or rolls back) or `sglpatch rollback`",
+    "drift": "someone changed these files on the host; inspect them, or rerun with --force to overwrite",
+    "no_space": "free disk space on the host and rerun",
+    "not_writable": "set `sudo: true` for this host in the inventory file, or fix the permissions",
+    "not_regular": "replace the link with a regular file by hand, then rerun",
+    "not_resumable": "roll the interrupted deployment back: `sglpatch rollback --host HOST`",
+    "not_latest": "roll back the later deployments first (or pass the earliest id to --to)",
+    "rollback_failed": "inspect the host's .sglpatch/ journal and backups; rerun the rollback",
+    "backup_missing": "put the named backups back on the host (a local copy may be under $SGLPATCH_HOME/backups/), "
+                      "then rerun the rollback; nothing was restored",
+    "push_failed": "rerun the apply; nothing was left half-written",
+}
+
+
+# ------------------------------------------------------------------------------------- the client
+
+class AgentClient:
+    """Calls :mod:`sglang_patcher.remote.deploy_agent` operations on one host (one round trip each).
+
+    ``site_packages`` is the host's absolute site-packages path; ``state_dir`` overrides
+    ``<site-packages>/.sglpatch``. Expected failures become :class:`AgentError` (a DeployError),
+    :class:`AgentDriftError` (drift), :class:`AgentLockHeldError` (lock_held) or
+    :class:`AgentStateError` (not_found, rollback_failed); each carries ``kind`` and ``details``.
+    """
+
+    def __init__(self, transport: Transport, interpreter: str, site_packages: str, *,
+                 state_dir: str | None = None, sudo: bool = False, timeout: float = 600.0):
+        self.transport = transport
+        self.interpreter = interpreter
+        self.site_packages = site_packages
+        self.state_dir = state_dir
+        self.sudo = sudo
+        self.timeout = timeout
+
+    @property
+    def host(self) -> str:
+        return self.transport.name
+
+    def _args(self, extra: dict[str, Any]) -> dict[str, Any]:
+        args = {"site_packages": self.site_packages, **extra}
+        if self.state_dir:
+            args["state_dir"] = self.state_dir
+        return args
+
+    def call(self, op: str, args: dict[str, Any] | None = None, *, stdin: bytes | None = None) -> dict[str, Any]:
+        """Run one agent op; return its JSON object or raise the mapped error."""
+        out = launcher.call_json(self.transport, self.interpreter, AGENT, op, self._args(args or {}),
+                                 stdin=stdin, sudo=self.sudo, timeout=self.timeout)
+        if out.get("ok"):
+            return out
+        kind = str(out.get("kind", "unknown"))
+        msg = f"{self.host}: {op}: {out.get('error', 'failed')}"
+        details = {k: v for k, v in out.items() if k not in ("ok", "kind", "error")}
+        hint = _HINTS.get(kind)
+        if kind == "lock_held":
+            raise AgentLockHeldError(msg, kind=kind, details=details, hint=hint)
+        if kind == "drift":
+            raise AgentDriftError(msg, kind=kind, details=details, hint=hint)
+        if kind in ("not_found", "rollback_failed", "backup_missing"):
+            raise AgentStateError(msg, kind=kind, details=details, hint=hint)
+        raise AgentError(msg, kind=kind, details=details, hint=hint)
+
+    # -- the ops
+    def inspect(self, paths: list[str], *, backups: bool = False) -> dict[str, Any]:
+        """Live hashes of ``paths``, lock, journal, records, free space; with ``backups`` also
+        ``bad_backups``: {deployment id: {path: backup path}} for each active deployment whose
+        rollback would miss a backup (absent or not its recorded sha256)."""
+        return self.call("inspect", {"paths": sorted(paths), "backups": backups})
+
+    def history(self) -> dict[str, Any]:
+        return self.call("history")
+
+    def push(self, deployment: dict[str, Any], files: dict[str, dict[str, Any]], contents: dict[str, bytes],
+             holder: dict[str, Any], *, force: bool = False, break_lock: bool = False,
+             reserve_bytes: int = 16 << 20) -> dict[str, Any]:
+        stdin = payload_tar(contents) if contents else b""
+        return self.call("push", {"deployment": deployment, "files": files, "holder": holder, "force": force,
+                                  "break_lock": break_lock, "reserve_bytes": reserve_bytes}, stdin=stdin)
+
+    def resume(self, deployment_id: str, holder: dict[str, Any], *, break_lock: bool = False) -> dict[str, Any]:
+        return self.call("resume", {"deployment_id": deployment_id, "holder": holder, "break_lock": break_lock})
+
+    def finish(self, deployment_id: str, holder: dict[str, Any], checks: dict[str, Any] | None = None, *,
+               break_lock: bool = False) -> dict[str, Any]:
+        return self.call("finish", {"deployment_id": deployment_id, "holder": holder, "checks": checks,
+                                    "break_lock": break_lock})
+
+    def rollback(self, deployment_id: str, holder: dict[str, Any], *, break_lock: bool = False,
+                 force: bool = False) -> dict[str, Any]:
+        """Restore ``deployment_id``'s originals. Files edited on the host since the deployment are
+        drift: refused (:class:`DriftError`) unless ``force``, which keeps the edited bytes under
+        ``backups/<id>.drifted/`` on the host before restoring."""
+        return self.call("rollback", {"deployment_id": deployment_id, "holder": holder,
+                                      "break_lock": break_lock, "force": force})
+
+    def unlock(self, holder: dict[str, Any] | None, *, break_lock: bool = False) -> dict[str, Any]:
+        return self.call("unlock", {"holder": holder, "break_lock": break_lock})
+
+    def prune(self, keep: int, holder: dict[str, Any], *, dry_run: bool = False,
+              break_lock: bool = False) -> dict[str, Any]:
+        """Delete the backups of rolled-back deployments but the ``keep`` newest (see the agent)."""
+        return self.call("prune", {"keep": keep, "holder": holder, "dry_run": dry_run, "break_lock": break_lock})
+
+    def compile(self, paths: list[str]) -> dict[str, Any]:
+        return self.call("compile", {"paths": list(paths)})
+
+    def put_backups(self, deployment_id: str, contents: dict[str, bytes], holder: dict[str, Any], *,
+                    break_lock: bool = False) -> dict[str, Any]:
+        """Put lost backups of ``deployment_id`` back on the host: ``contents`` {path: the original's
+        bytes}, each checked by the agent against the record's ``before`` sha256 (see the agent)."""
+        files = {p: sha256_bytes(b) for p, b in contents.items()}
+        return self.call("put_backups", {"deployment_id": deployment_id, "files": files, "holder": holder,
+                                         "break_lock": break_lock}, stdin=payload_tar(contents))
+
+    def backup_tar(self, deployment_id: str) -> dict[str, bytes]:
+        """The host's backups of one deployment as ``{path: bytes}``."""
+        res = launcher.run_script(self.transport, self.interpreter, AGENT, "backup_tar",
+                                  self._args({"deployment_id": deployment_id}), sudo=self.sudo,
+                                  timeout=self.timeout)
+        if res.exit_code != 0:
+            raise StateError(f"{self.host}: cannot fetch the backups of deployment {deployment_id}: "
+                             f"{res.stdout.decode('utf-8', 'replace').strip()[-500:]}")
+        return untar(res.stdout)
