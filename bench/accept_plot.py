@@ -5,7 +5,8 @@ per-depth distributions q_1..q_L are the target's logits along its own greedy ch
 noise (as in tests/unit/test_ddtree_lossless.py). For each budget N, the DDTree tree is the N best
 prefixes (K = N) and its expected accepted draft tokens under q is sum_u q(u) (paper, Prop. 1);
 the chain with N nodes is the argmax path of length min(N, L). Averaged over several contexts.
-Runs on the CPU. Usage: python bench/accept_plot.py --out bench/ddtree_expected_accept.png
+Runs on the CPU. Usage: python bench/accept_plot.py --out bench/ddtree_expected_accept.png (the
+recorded run: bench/results/2026-11-30-cpu-accept-plot.md and its .png)
 """
 
 from __future__ import annotations

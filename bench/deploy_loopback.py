@@ -5,7 +5,8 @@ a real OpenSSH sshd on 127.0.0.1 (the same fixtures the integration tests use).
 
 Prints one row per operation: median seconds over the repeats (min and max beside it) and the
 round trips (exec channels) each took. Needs root (it creates the sshd test user) or runs sshd as the
-current user. Not a test: figures go into the issue notes / bench/RESULTS.md by hand.
+current user. Not a test: a recorded run goes into bench/results/<date>-<machine>-deploy-loopback.md
+(date, machine, command and the printed table), by hand.
 """
 
 from __future__ import annotations

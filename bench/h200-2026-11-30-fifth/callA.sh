@@ -1,8 +1,0 @@
-#!/usr/bin/env bash
-# Session 5, call A: micro5 (new kernels vs 0c4f5ae, bit-equality + medians), then the peaked bs1 goal rows.
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/s .whl/*.whl
-export PYTHONPATH=$PWD:/tmp/s PYTHONUNBUFFERED=1
-nvidia-smi --query-gpu=name,driver_version --format=csv > $OUT/env.txt
-MICRO_S=220 timeout 330 python3 scratch_gpu/micro5.py 2>&1 | grep -v Warn | tee $OUT/micro5.txt
-C="--preps bound --no-torch-path --cpu-reps 3 --cpu-max-requests 4"
-timeout 200 python3 bench/tree_build.py --kinds peaked --bs 1 --budgets 512,1024 $C --out $OUT/peaked_bs1.json 2>&1 | grep -v Warn | tee $OUT/peaked_bs1.txt | grep "^peaked" | cut -c1-600
