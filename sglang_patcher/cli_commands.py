@@ -215,3 +215,40 @@ def patchset_tree_cmd(app: AppContext, version: str) -> None:
 def patchset_refresh_cmd(app: AppContext, patchset: str, version: str, tree: Path | None, unverified: bool) -> None:
     """Recompute the pristine/expected hashes of PATCHSET for VERSION (from its PyPI wheel, or --tree)."""
     app.result(service.refresh_patchset(patchset, version, tree=tree, unverified=unverified, log=app.say))
+
+
+@cli.command("check")
+@click.option("--host", "host_name", required=True, help="Host (a name from the inventory, or sandbox).")
+@click.option("--level", type=click.IntRange(0, 3), default=None,
+              help="0-1: the deployed patchset's smoke checks; 2: the patched server starts and "
+                   "answers; 3: DFLASH and DDTREE give the target's greedy tokens. Default: the "
+                   "highest the host's serve profile allows.")
+@click.option("--prompts", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Prompts for levels 2-3: one per line, or a JSON list (default: a built-in set).")
+@click.option("--stop-leftovers", is_flag=True,
+              help="First stop servers an earlier sglpatch run left running on the host.")
+@pass_app
+def check_cmd(app: AppContext, host_name: str, level: int | None, prompts: Path | None,
+              stop_leftovers: bool) -> None:
+    """Check a host: smoke checks of its deployed patchset, then a real server (levels 2-3).
+    Exit 9 when a check fails (the server's log tail is in the report)."""
+    from .errors import CheckFailedError
+
+    host = app.host(host_name)
+    result = service.check_host(host, level=level, prompts=prompts, stop_leftovers=stop_leftovers,
+                                log=app.say)
+    failed = result.report.failed
+    said = (f"{host.name}: {len(failed)} check(s) failed at level {result.level}: "
+            + "; ".join(f"{c.level} {c.name}" for c in failed))
+    if app.as_json:
+        data = result.to_json()
+        if failed:
+            data.update(ok=False, exit_code=CheckFailedError.exit_code, error=said,
+                        type="CheckFailedError", hint="the failed checks' details say why")
+        app.result(data)
+        if failed:
+            raise click.exceptions.Exit(CheckFailedError.exit_code)
+        return
+    app.result(result)
+    if failed:
+        raise CheckFailedError(said, hint="the failed checks' details above say why")

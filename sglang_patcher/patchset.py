@@ -14,6 +14,8 @@ Format (pydantic-validated; unknown keys are refused so typos surface)::
         expected:  {path: sha256 | null}      # every touched file after this revision (null: deleted)
     checks:
       l1: checks/l1_ddtree.py                 # optional L1 script, relative to the patchset
+    withdrawn:                                # optional: earlier revisions hosts must not keep
+      2: "why, and what to do"                #   (status warns on hosts that carry them)
     history:                                  # expected hashes of earlier revisions
       "1": {"0.5.23": {path: sha256 | null}}
 
@@ -48,7 +50,7 @@ from pathlib import Path, PurePosixPath
 from typing import Annotated, Any
 
 import yaml
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from .applier import ApplyResult, FileChange, HunkReport, apply_series
 from .errors import ConfigError, PatchsetError, UnsupportedVersionError
@@ -156,6 +158,8 @@ class PatchsetSpec(_Model):
     targets: dict[str, Target] = Field(min_length=1)
     checks: Checks = Field(default_factory=Checks)
     history: dict[int, dict[str, dict[str, Sha | None]]] = Field(default_factory=dict)
+    # earlier revisions a host must not keep, and why (shown by ``status`` on hosts carrying them)
+    withdrawn: dict[int, str] = Field(default_factory=dict)
 
     @field_validator("name")
     @classmethod
@@ -173,6 +177,13 @@ class PatchsetSpec(_Model):
             for hashes in per_version.values():
                 _check_hashes(hashes)
         return v
+
+    @model_validator(mode="after")
+    def _withdrawn_are_earlier(self) -> "PatchsetSpec":
+        bad = sorted(r for r in self.withdrawn if not 1 <= r < self.revision)
+        if bad:
+            raise ValueError(f"withdrawn revisions {bad} must be earlier revisions (1..{self.revision - 1})")
+        return self
 
 
 _MISSING = object()

@@ -18,9 +18,12 @@ from rich.table import Table
 from rich.text import Text
 
 from . import deploy, discovery, mirror
+from .checks import CheckReport, CheckResult, run_checks
 from .errors import ConfigError, DriftError, SglpatchError, StateError
 from .inventory import Host
 from .patchset import Patchset, load_patchset
+from .serve.check import HostCheck, load_prompts, run_serving_levels
+from .serve.server import list_servers, stop_server
 from .state import sglpatch_home
 from .transport import connect
 
@@ -358,7 +361,29 @@ def host_status(host: Host, *, patchset: str | None = None) -> deploy.StatusRepo
                 report = _status_without_records(transport, host, info, report)
             else:
                 _add_unrecorded(transport, host, info, report)
+    report.warnings += withdrawn_warnings(report.active, ps)
     return report
+
+
+def withdrawn_warnings(active: list[dict[str, Any]], judged_by: Patchset | None = None) -> list[str]:
+    """One line per patchset whose newest active revision on the host (a later revision deployed
+    over it supersedes it) is listed as ``withdrawn`` by the patchset (the newest one this checkout
+    has, or ``judged_by``), saying why."""
+    newest_active: dict[str, dict[str, Any]] = {}
+    for dep in active:
+        name, rev = dep.get("patchset"), dep.get("revision")
+        if name and rev is not None and int(rev) >= int(newest_active.get(name, {}).get("revision", 0)):
+            newest_active[str(name)] = dep
+    out = []
+    for name, dep in sorted(newest_active.items()):
+        try:
+            newest = judged_by if judged_by is not None and judged_by.name == name else load_patchset(name)
+        except SglpatchError:
+            continue          # a patchset this checkout does not have: nothing to say about it
+        why = newest.spec.withdrawn.get(int(dep["revision"]))
+        if why:
+            out.append(f"{name} r{dep['revision']} (deployment {dep.get('id')}) is withdrawn: {why}")
+    return out
 
 
 def _add_unrecorded(transport: Any, host: Host, info: Any, report: deploy.StatusReport) -> None:
@@ -570,3 +595,46 @@ def refresh_patchset(name: str, version: str, *, tree: Path | None = None, unver
         read = pristine_tree(version, home=home, log=log).read
     hashes = refresh_hashes(ps.root, version, read)
     return RefreshReport(ps.name, version, hashes)
+
+
+# ------------------------------------------------------------------------------------ check
+
+def check_host(host: Host, *, level: int | None = None, prompts: str | Path | None = None,
+               stop_leftovers: bool = False, log: Log = _quiet) -> HostCheck:
+    """``sglpatch check``: levels 0-1 (the active patchset's smoke checks on the host's files) and,
+    with a serve profile, 2 (the patched server starts and answers) and 3 (greedy tokens of
+    DFLASH and DDTREE equal the target alone's).
+
+    ``level`` defaults to the highest the host's profile allows (3 with a draft model, 2 with a
+    model, else 1). Raises ConfigError (a level the profile cannot run, a bad prompts file),
+    TransportError; a failed check is a result (``HostCheck.passed``), not an exception.
+    """
+    most = host.serve.max_level() if host.serve is not None else 1
+    level = most if level is None else level
+    if level > most:
+        why = ("it has no serve profile (`serve:` with model and draft_model)" if host.serve is None
+               else "its serve profile has no draft_model")
+        raise ConfigError(f"host {host.name} cannot be checked at level {level}: {why}",
+                          hint=f"use --level {most}, or add them to {host.name} in the inventory")
+    texts = load_prompts(prompts) if level >= 2 else []
+    with _session(host) as (transport, info):
+        if level >= 2:
+            for srv in list_servers(transport, host, info):
+                if srv.get("alive") and stop_leftovers:
+                    stop_server(transport, host, info, str(srv["name"]))
+                    log(f"{host.name}: stopped the leftover server {srv['name']} (pid {srv['pid']}, "
+                        f"port {srv.get('port')})")
+        active = deploy.host_status(transport, host, info, None).active
+        if active:
+            last = active[-1]
+            ps = load_patchset(f"{last['patchset']}@{last['revision']}")
+            log(f"{host.name}: L0/L1 of {ps.name} r{ps.revision} (the active deployment {last['id']})")
+            report = run_checks(transport, host, info, ps.touched_paths(str(info.sglang_version)), ps,
+                                levels=("L0",) if level == 0 else ("L0", "L1"))
+        else:
+            report = CheckReport(host=host.name)
+            report.checks.append(CheckResult("L0", "patched files compile", "skipped",
+                                             "no active sglpatch deployment on this host"))
+        if level >= 2:
+            return run_serving_levels(transport, host, info, report, level, texts, progress=log)
+        return HostCheck(report, level)

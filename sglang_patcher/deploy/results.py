@@ -188,6 +188,7 @@ class StatusReport:
     local_backups: dict[str, str] = field(default_factory=dict)  # id → local copies' dir, for bad_backups
     note: str | None = None  # what the verdict rests on, where that is not obvious (no records, no files)
     unchecked: bool = False  # no file could be judged (no records, no patchset for the release): "unknown"
+    warnings: list[str] = field(default_factory=list)  # e.g. an active revision its patchset withdrew
 
     @property
     def active(self) -> list[dict[str, Any]]:
@@ -249,7 +250,7 @@ class StatusReport:
                 "lock_stale": holder_is_stale(self.lock),
                 "damaged": list(self.damaged), "older_revision": self.older_revision,
                 "bad_backups": dict(self.bad_backups), "local_backups": dict(self.local_backups),
-                "note": self.note}
+                "note": self.note, "warnings": list(self.warnings)}
 
     def __rich__(self):
         from rich.console import Group
@@ -268,6 +269,8 @@ class StatusReport:
                                             style="bold")]
         if self.note:
             parts.append(Text(f"  {self.note}", style="yellow"))
+        for warning in self.warnings:
+            parts.append(Text(f"  {warning}", style="bold red"))
         if self.damaged:
             parts.append(Text(f"  damaged deployment record(s): {', '.join(self.damaged)} — apply and rollback "
                               f"refuse until they are fixed; {damaged_hint(self.host)}", style="bold red"))

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.integration.test_cli import live_hash, record_hashes, run_json, write_hosts
+from tests.integration.test_cli import live_hash, record_hashes, run_cli, run_json, write_hosts
 
 pytestmark = [pytest.mark.sglang]
 
@@ -31,6 +31,13 @@ def test_cli_r2_then_r3_pushes_the_worker_then_rollback_twice(capsys, tmp_path, 
     code, data, err = run_json(capsys, *h, "apply", "ddtree@2", "--host", "here", "--yes")
     assert code == 0, err
     r2_worker, r2_spec_info = live_hash(site, WORKER), live_hash(site, SPEC_INFO)
+    # a host at revision 2 cannot serve with DDTREE: status says so, with what to do
+    code, data, err = run_json(capsys, *h, "status", "--host", "here")
+    assert code == 0, err
+    assert len(data["warnings"]) == 1 and "ddtree r2" in data["warnings"][0], data["warnings"]
+    assert "attn_backend" in data["warnings"][0] and "sglpatch apply ddtree" in data["warnings"][0]
+    code, out, err = run_cli(capsys, *h, "status", "--host", "here")
+    assert "is withdrawn" in " ".join(out.split()), out
 
     code, data, err = run_json(capsys, *h, "apply", "ddtree", "--host", "here", "--yes")
     assert code == 0, err
@@ -42,6 +49,7 @@ def test_cli_r2_then_r3_pushes_the_worker_then_rollback_twice(capsys, tmp_path, 
     code, data, err = run_json(capsys, *h, "status", "--host", "here", "--patchset", "ddtree")
     assert code == 0, err
     assert {(f["state"], f["revision"]) for f in data["files"]} == {("patched", 3)}, data["files"]
+    assert data["warnings"] == []
 
     code, _, err = run_json(capsys, *h, "rollback", "--host", "here")
     assert code == 0, err
