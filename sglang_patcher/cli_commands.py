@@ -84,10 +84,17 @@ def diff_cmd(app: AppContext, patchset: str, host_name: str | None, version: str
 @click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
 @click.option("--force", is_flag=True, help="Overwrite drifted files (their originals are backed up).")
 @click.option("--break-lock", is_flag=True, help="Remove a stale deploy lock on the host first.")
+@click.option("--gate", "gates", multiple=True, metavar="GATE",
+              help="After the push: check:N (sglpatch check --level N must pass) or "
+                   "bench:min-ratio=R (DDTREE tokens/s >= R x DFLASH at every concurrency). A failed "
+                   "gate rolls the deployment back (exit 9). Repeatable.")
 @pass_app
 def apply_cmd(app: AppContext, patchset: str, host_name: str, dry_run: bool, yes: bool,
-              force: bool, break_lock: bool) -> None:
+              force: bool, break_lock: bool, gates: tuple[str, ...]) -> None:
     """Apply PATCHSET to a host: strict apply, diff, backup, atomic push, smoke checks."""
+    from .serve.gate import Gate
+
+    parsed = [Gate.parse(g) for g in gates]
     host = app.host(host_name)
 
     def confirm(plan) -> bool:
@@ -100,7 +107,7 @@ def apply_cmd(app: AppContext, patchset: str, host_name: str, dry_run: bool, yes
         return click.confirm(f"Deploy to {host.name}?", default=False)
 
     result = service.apply_patchset(patchset, host, dry_run=dry_run, force=force,
-                                    break_lock=break_lock, confirm=confirm, log=app.say)
+                                    break_lock=break_lock, confirm=confirm, gates=parsed, log=app.say)
     if result.status == "aborted":  # declined at the prompt: the plan is on screen already
         app.err.print(f"not deployed: nothing was changed on {host.name}", markup=False)
         raise click.exceptions.Exit(1)

@@ -19,10 +19,11 @@ from rich.text import Text
 
 from . import deploy, discovery, mirror
 from .checks import CheckReport, CheckResult, run_checks
-from .errors import ConfigError, DriftError, SglpatchError, StateError
+from .errors import CheckFailedError, ConfigError, DriftError, SglpatchError, StateError
 from .inventory import Host
 from .patchset import Patchset, load_patchset
 from .serve.check import HostCheck, load_prompts, run_serving_levels
+from .serve.gate import Gate
 from .serve.server import list_servers, stop_server
 from .state import sglpatch_home
 from .transport import connect
@@ -334,21 +335,61 @@ def diff_patchset(name: str, *, host: Host | None = None, version: str | None = 
 
 def apply_patchset(name: str, host: Host, *, dry_run: bool = False, force: bool = False,
                    break_lock: bool = False, confirm: Callable[[Any], bool] | None = None,
-                   home: Path | None = None, log: Log = _quiet) -> deploy.DeployResult:
-    """Apply patchset ``name`` to ``host`` (see :func:`sglang_patcher.deploy.apply_to_host`).
+                   gates: Iterable[Gate] = (), home: Path | None = None,
+                   log: Log = _quiet) -> deploy.DeployResult:
+    """Apply patchset ``name`` to ``host`` (see :func:`sglang_patcher.deploy.apply_to_host`), then
+    run ``gates`` (``check:N``, ``bench:min-ratio=R``).
 
     Refreshes the host's mirror first (only changed files travel) so pristine bytes are local.
+    Raises CheckFailedError (exit 9) when a gate fails, after rolling this deployment back (a
+    no-op apply deployed nothing, so nothing is rolled back then; the error says so).
     """
     ps = load_patchset(name)
+    gates = list(gates)
+    for gate in gates:      # a gate the host cannot run is refused before anything is written
+        _gate_possible(host, gate)
     with _session(host) as (transport, info):
         version = str(info.sglang_version)
         ps.target(version)
         log(f"{host.name}: sglang {version} at {info.package_dir}")
         snap = mirror.snapshot(transport, host, info, home=home)
         log(f"{host.name}: mirror refreshed ({snap.counts()})")
-        return deploy.apply_to_host(transport, host, info, ps, pristine=snap.mirror,
-                                    dry_run=dry_run, force=force, break_lock=break_lock,
-                                    confirm=confirm, progress=_progress(log), home=home)
+        result = deploy.apply_to_host(transport, host, info, ps, pristine=snap.mirror,
+                                      dry_run=dry_run, force=force, break_lock=break_lock,
+                                      confirm=confirm, progress=_progress(log), home=home)
+    if result.status in ("dry_run", "aborted"):
+        return result
+    for gate in gates:
+        log(f"{host.name}: gate {gate}")
+        failure = _run_gate(host, gate, log)
+        if failure is None:
+            continue
+        if result.status == "applied" and result.deployment_id:
+            rollback(host, deployment=result.deployment_id, home=home, log=log)
+            raise CheckFailedError(f"{host.name}: gate {gate} failed; deployment {result.deployment_id} "
+                                   f"was rolled back\n{failure}",
+                                   hint=f"`sglpatch check --host {host.name}` reruns the checks")
+        raise CheckFailedError(f"{host.name}: gate {gate} failed on a host that already carried this "
+                               f"revision (nothing was deployed now, so nothing was rolled back)\n{failure}",
+                               hint=f"`sglpatch rollback --host {host.name}` takes the revision off")
+    return result
+
+
+def _gate_possible(host: Host, gate: Gate) -> None:
+    most = host.serve.max_level() if host.serve is not None else 1
+    need = gate.level if gate.kind == "check" and gate.level is not None else (3 if gate.kind == "bench" else 0)
+    if need > most:
+        raise ConfigError(f"host {host.name} cannot run the gate {gate}: "
+                          + ("it has no serve profile" if host.serve is None else "its serve profile has no draft_model"),
+                          hint=f"add `serve:` (model, draft_model) to {host.name} in the inventory")
+
+
+def _run_gate(host: Host, gate: Gate, log: Log) -> str | None:
+    """None when ``gate`` passes, else what failed (text)."""
+    if gate.kind == "check":
+        result = check_host(host, level=gate.level, log=log)
+        return None if result.passed else result.report.text()
+    raise ConfigError(f"gate {gate}: the bench gate needs `sglpatch bench`, not in this build")
 
 
 def host_status(host: Host, *, patchset: str | None = None) -> deploy.StatusReport:

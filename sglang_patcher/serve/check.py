@@ -3,9 +3,10 @@
 * **L2** — the server starts with the host's profile (DDTREE when the profile has a draft model,
   else no speculation), ``/health`` answers within ``serve.start_timeout``, one greedy
   ``/generate`` returns tokens; the server is stopped.
-* **L3** — the same prompts, greedy (temperature 0), through the target alone, DFLASH and DDTREE,
+* **L3** — the same prompts, greedy (temperature 0), through DDTREE, the target alone and DFLASH,
   one server start each: DFLASH's and DDTREE's token ids must equal the target's, prompt for prompt
   (one request at a time, then all at once). SGLang's own accept lengths are reported, not judged.
+  DDTREE's start comes first and is L2's proof at level 3 (no separate L2 start).
 
 Levels 0 and 1 are the patchset's own smoke checks (:mod:`sglang_patcher.checks`). Each level
 becomes :class:`~sglang_patcher.checks.CheckResult` rows of the one report; a failed level carries
@@ -162,21 +163,39 @@ def compare_arms(base: ArmOutput, arm: ArmOutput, prompts: Sequence[str]) -> lis
     return out
 
 
+def l2_from_arm(arm: ArmOutput) -> CheckResult:
+    """L2 as proven by an arm of L3 (its server started, answered and was stopped)."""
+    n = len(arm.one_at_a_time[0]) if arm.one_at_a_time else 0
+    ok = n > 0
+    return CheckResult("L2", f"server start ({arm.algorithm})", "passed" if ok else "failed",
+                       f"ready after {arm.ready_s or 0:.0f} s; {n} tokens for the first prompt; stopped"
+                       if ok else "/generate returned no tokens")
+
+
 def run_l3(make: ServerFactory, profile: ServeProfile, prompts: Sequence[str]) -> tuple[list[CheckResult], list[ArmOutput]]:
-    """The target alone, DFLASH and DDTREE on ``prompts``; results and the arms' outputs."""
+    """DDTREE, the target alone and DFLASH on ``prompts`` (one server start each); L2's result
+    (DDTREE's start, first) and L3's, and the arms' outputs. DDTREE runs first: when it cannot
+    start, L2 fails and the other two are not started."""
     if not profile.draft_model:
         return [CheckResult("L3", "greedy tokens equal the target's", "skipped",
                             "the host's serve profile has no draft_model")], []
-    arms: list[ArmOutput] = []
+    arms: dict[str, ArmOutput] = {}
     results: list[CheckResult] = []
-    for algorithm in ("none", "DFLASH", "DDTREE"):
+    for algorithm in ("DDTREE", "none", "DFLASH"):
         try:
-            arms.append(run_arm(make, algorithm, prompts, profile.max_new_tokens))
+            arms[algorithm] = run_arm(make, algorithm, prompts, profile.max_new_tokens)
         except ServerError as exc:
-            results.append(CheckResult("L3", f"{algorithm} server", "failed", str(exc)))
-            return results, arms
-    base = arms[0]
-    for arm in arms[1:]:
+            level = "L2" if algorithm == "DDTREE" else "L3"
+            results.append(CheckResult(level, f"{'server start' if level == 'L2' else 'server'} ({algorithm})",
+                                       "failed", str(exc)))
+            if level == "L2":
+                results.append(CheckResult("L3", "greedy tokens equal the target's", "skipped",
+                                           "L2 failed: the DDTREE server does not start"))
+            return results, list(arms.values())
+        if algorithm == "DDTREE":
+            results.append(l2_from_arm(arms[algorithm]))
+    base = arms["none"]
+    for arm in (arms["DFLASH"], arms["DDTREE"]):
         diffs = compare_arms(base, arm, prompts)
         acc = [a for a in arm.accept_lengths if a]
         mean = f"; accept length {sum(acc) / len(acc):.2f} (mean of {len(acc)})" if acc else ""
@@ -187,7 +206,7 @@ def run_l3(make: ServerFactory, profile: ServeProfile, prompts: Sequence[str]) -
             n = sum(len(x) for x in base.one_at_a_time)
             results.append(CheckResult("L3", f"{arm.algorithm} tokens equal the target's", "passed",
                                        f"{len(prompts)} prompts x 2 ways, {n} tokens each way{mean}"))
-    return results, arms
+    return results, [arms["none"], arms["DFLASH"], arms["DDTREE"]]
 
 
 @dataclass
@@ -223,16 +242,15 @@ def run_serving_levels(transport: Transport, host: Host, info: HostInfo, report:
                                "inventory, or use --level 1")
     make = server_factory(transport, host, info, profile, progress)
     out = HostCheck(report, level)
-    if level >= 2:
-        t0 = time.monotonic()
+    t0 = time.monotonic()
+    if level == 2 or not profile.draft_model:
         report.checks += run_l2(make, profile, prompts[0])
         report.seconds["L2"] = round(time.monotonic() - t0, 3)
-    if level >= 3 and report.level_status("L2") != "failed":
-        t0 = time.monotonic()
-        results, out.arms = run_l3(make, profile, prompts)
-        report.checks += results
-        report.seconds["L3"] = round(time.monotonic() - t0, 3)
-    elif level >= 3:
-        report.checks.append(CheckResult("L3", "greedy tokens equal the target's", "skipped",
-                                         "L2 failed: the server does not start"))
+        if level >= 3:
+            report.checks += run_l3(make, profile, prompts)[0]
+        return out
+    # level 3: DDTREE's start in L3 is L2's proof (one server start fewer)
+    results, out.arms = run_l3(make, profile, prompts)
+    report.checks += results
+    report.seconds["L2+L3"] = round(time.monotonic() - t0, 3)
     return out
