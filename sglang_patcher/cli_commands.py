@@ -259,3 +259,48 @@ def check_cmd(app: AppContext, host_name: str, level: int | None, prompts: Path 
     app.result(result)
     if failed:
         raise CheckFailedError(said, hint="the failed checks' details above say why")
+
+
+def _ints(text: str | None) -> list[int] | None:
+    if text is None:
+        return None
+    try:
+        vals = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise click.BadParameter(f"{text!r}: give numbers separated by commas, e.g. 1,4,16") from None
+    if not vals or any(v < 1 for v in vals):
+        raise click.BadParameter(f"{text!r}: give numbers >= 1 separated by commas")
+    return vals
+
+
+@cli.command("bench")
+@click.option("--host", "host_name", required=True, help="Host (a name from the inventory).")
+@click.option("--concurrency", default=None, metavar="N,N,...",
+              help="Concurrent requests to measure at (default: serve.bench.concurrency).")
+@click.option("--budgets", default=None, metavar="N,N,...",
+              help="DDTREE budgets, one server start each (default: serve.bench.budgets, else serve.ddtree.budget).")
+@click.option("--arms", default="none,DFLASH,DDTREE", show_default=True,
+              help="Which of none (the target alone), DFLASH, DDTREE to measure.")
+@click.option("--requests", type=click.IntRange(min=1), default=None,
+              help="Requests per arm and concurrency (default: serve.bench.requests).")
+@click.option("--max-new-tokens", type=click.IntRange(min=1), default=None,
+              help="Output tokens per request (default: serve.bench.max_new_tokens).")
+@click.option("--prompts", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Prompts: one per line, or a JSON list (default: a built-in set).")
+@click.option("--rounds", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Run the arms this many times in rotated order; figures are medians over rounds.")
+@click.option("--compare", is_flag=True, help="Show the change against the last run of the same setup.")
+@click.option("--plot", "plot_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Write tokens/s against concurrency per arm to this PNG.")
+@pass_app
+def bench_cmd(app: AppContext, host_name: str, concurrency: str | None, budgets: str | None, arms: str,
+              requests: int | None, max_new_tokens: int | None, prompts: Path | None, rounds: int,
+              compare: bool, plot_path: Path | None) -> None:
+    """Output tokens/s, time per output token and accept length of the target alone, DFLASH and
+    DDTREE on a host, side by side; stored in the local history. Exit 9 when a server fails."""
+    host = app.host(host_name)
+    run = service.bench_host(host, arms=[a.strip() for a in arms.split(",") if a.strip()],
+                             concurrency=_ints(concurrency), budgets=_ints(budgets), requests=requests,
+                             max_new_tokens=max_new_tokens, prompts=prompts, rounds=rounds,
+                             compare=compare, plot_path=plot_path, log=app.say)
+    app.result(run)
