@@ -84,10 +84,26 @@ class CheckReport:
                 "failed": [f"{c.level}:{c.name}" for c in self.failed],
                 "skipped": [f"{c.level}:{c.name}" for c in self.skipped]}
 
+    @property
+    def levels_run(self) -> list[str]:
+        return sorted({c.level for c in self.checks if c.status != "skipped"})
+
+    def not_proven(self) -> list[str]:
+        """What these checks did not prove about the host, by the highest level that ran."""
+        top = max((int(lv[1:]) for lv in self.levels_run), default=-1)
+        out = []
+        if top < 2:
+            out.append("that the patched server starts (`sglpatch check --level 2`, with the host's "
+                       "serve profile): L0/L1 compile and import the patched modules and validate the "
+                       "arguments; no worker is constructed and no server started")
+        if top < 3:
+            out.append("that speculative decoding gives the target's tokens (`sglpatch check --level 3`)")
+        return out
+
     def to_json(self) -> dict[str, Any]:
         return {"host": self.host, "gate_passed": self.gate_passed, "summary": self.summary(),
                 "seconds": self.seconds, "round_trips": self.round_trips,
-                "checks": [asdict(c) for c in self.checks]}
+                "checks": [asdict(c) for c in self.checks], "not_proven": self.not_proven()}
 
     def text(self) -> str:
         """Plain text, one line per check (used in error messages)."""
@@ -106,8 +122,20 @@ class CheckReport:
         t.add_column("check")
         t.add_column("status")
         t.add_column("detail", overflow="fold")
+        # with a failure, the passed checks of a level shrink to one line each: the failure stands out
+        fold = bool(self.failed)
         for c in self.checks:
+            if fold and c.status == "passed":
+                continue
             t.add_row(c.level, c.name, f"[{styles.get(c.status, '')}]{c.status}[/]", c.detail)
+        if fold:
+            for level in sorted({c.level for c in self.checks}):
+                n = sum(1 for c in self.checks if c.level == level and c.status == "passed")
+                if n:
+                    t.add_row(level, f"{n} other check(s)", f"[green]passed[/]", "")
+        missing = self.not_proven()
+        if missing and self.checks:
+            t.caption = "not proven here: " + "; ".join(missing)
         return t
 
 

@@ -391,11 +391,263 @@ def _run_gate(host: Host, gate: Gate, log: Log) -> str | None:
         result = check_host(host, level=gate.level, log=log)
         return None if result.passed else result.report.text()
     run = bench_host(host, arms=("DFLASH", "DDTREE"), log=log)
-    short = [f"{row.arm} at concurrency {row.concurrency}: "
-             + ("no DFLASH figure" if (r := run.ratio(row.arm, "DFLASH", row.concurrency)) is None else f"{r:.2f}x")
-             for row in run.rows if row.algorithm == "DDTREE"
-             and ((r := run.ratio(row.arm, "DFLASH", row.concurrency)) is None or r < gate.min_ratio)]
-    return None if not short else (f"DDTREE tokens/s below {gate.min_ratio:g} x DFLASH's: " + "; ".join(short))
+    short = []
+    for row in run.rows:
+        if row.algorithm != "DDTREE":
+            continue
+        ratio = run.ratio(row.arm, "DFLASH", row.concurrency)
+        if ratio is None or ratio < gate.min_ratio:
+            short.append(f"{row.arm} at concurrency {row.concurrency}: "
+                         + ("no DFLASH figure" if ratio is None else f"{ratio:.2f}x"))
+    if not short:
+        return None
+    return f"DDTREE tokens/s below {gate.min_ratio:g} x DFLASH's: " + "; ".join(short)
+
+
+def host_status(host: Host, *, patchset: str | None = None) -> deploy.StatusReport:
+    """Per touched file: pristine / patched (patchset, revision) / drifted; history; journal."""
+    ps = load_patchset(patchset) if patchset else None
+    with _session(host) as (transport, info):
+        report = deploy.host_status(transport, host, info, ps)
+        if ps is None and report.journal is None and not report.damaged:
+            if not report.files and not report.deployments:
+                report = _status_without_records(transport, host, info, report)
+            else:
+                _add_unrecorded(transport, host, info, report)
+    report.warnings += withdrawn_warnings(report.active, ps)
+    return report
+
+
+def withdrawn_warnings(active: list[dict[str, Any]], judged_by: Patchset | None = None) -> list[str]:
+    """One line per patchset whose newest active revision on the host (a later revision deployed
+    over it supersedes it) is listed as ``withdrawn`` by the patchset (the newest one this checkout
+    has, or ``judged_by``), saying why."""
+    newest_active: dict[str, dict[str, Any]] = {}
+    for dep in active:
+        name, rev = dep.get("patchset"), dep.get("revision")
+        if name and rev is not None and int(rev) >= int(newest_active.get(name, {}).get("revision", 0)):
+            newest_active[str(name)] = dep
+    out = []
+    for name, dep in sorted(newest_active.items()):
+        try:
+            newest = judged_by if judged_by is not None and judged_by.name == name else load_patchset(name)
+        except SglpatchError:
+            continue          # a patchset this checkout does not have: nothing to say about it
+        why = newest.spec.withdrawn.get(int(dep["revision"]))
+        if why:
+            out.append(f"{name} r{dep['revision']} (deployment {dep.get('id')}) is withdrawn: {why}")
+    return out
+
+
+def _add_unrecorded(transport: Any, host: Host, info: Any, report: deploy.StatusReport) -> None:
+    """A host with records, judged by them: also judge the files of the patchsets that target its
+    release which no record names, and add those not at rest (patched or drifted with no
+    deployment of sglpatch behind them — copied in by hand, or left by lost records), so that they
+    count in the verdict ("mixed") and the note names them: no rollback will touch them."""
+    fits, _ = _patchsets_for(str(info.sglang_version))
+    have = {f.path for f in report.files}
+    extra = []
+    for ps in fits:
+        for f in deploy.host_status(transport, host, info, ps).files:
+            if f.path not in have and f.state not in ("pristine", "absent"):
+                extra.append(f)
+                have.add(f.path)
+    if extra:
+        report.files = sorted(report.files + extra, key=lambda f: f.path)
+        said = (f"{len(extra)} file(s) no sglpatch deployment records are not at rest: "
+                + ", ".join(f"{f.path} ({f.state}{f' {f.patchset} r{f.revision}' if f.patchset else ''})"
+                            for f in extra)
+                + " — no rollback will touch them; `sglpatch apply` over them, then rollback, or reinstall sglang")
+        report.note = f"{report.note}; {said}" if report.note else said
+
+
+def _status_without_records(transport: Any, host: Host, info: Any,
+                            bare: deploy.StatusReport) -> deploy.StatusReport:
+    """A host with no sglpatch record: its state is still decided by hashes — the files of every
+    patchset here that targets its release, judged against each (one round trip each); the first
+    that is not pristine is the report, else the first. No such patchset: ``bare`` marked
+    unchecked (overall "unknown"). The note says what the verdict rests on."""
+    version = str(info.sglang_version)
+    fits, others = _patchsets_for(version)
+    said = "no sglpatch deployment is recorded on this host"
+    if not fits:
+        bare.unchecked = True
+        bare.note = (f"{said} and no patchset here supports sglang {version}, so no file was checked" +
+                     (f" (supported: {'; '.join(f'{p.name} ({v})' for p, v in others)})" if others else ""))
+        return bare
+    judged = [deploy.host_status(transport, host, info, p) for p in fits]
+    report = next((r for r in judged if r.overall != "pristine"), judged[0])
+    names = ", ".join(f"{p.name} r{p.revision}" for p in fits)
+    report.note = f"{said}; judged by the files of {names}"
+    if report.overall != "pristine":
+        report.note += (f" — {report.patchset}'s files are {report.overall} with no record of a deployment "
+                        f"(its records lost or moved?): rollback cannot undo this; restore the host's "
+                        f".sglpatch/ records, or reinstall sglang {version}")
+    return report
+
+
+def _patchsets_for(version: str) -> tuple[list[Any], list[tuple[Any, str]]]:
+    """The loadable patchsets that target sglang ``version``, and the others with their releases."""
+    from .patchset import available_patchsets
+
+    fits, others = [], []
+    for _name, where in sorted(available_patchsets().items()):
+        try:
+            ps = load_patchset(where)
+        except SglpatchError:
+            continue
+        if version in ps.versions:
+            fits.append(ps)
+        else:
+            others.append((ps, ", ".join(ps.versions)))
+    return fits, others
+
+
+def rollback(host: Host, *, deployment: str | None = None, break_lock: bool = False,
+             force: bool = False, home: Path | None = None,
+             log: Log = _quiet) -> deploy.RollbackResult:
+    """Undo ``deployment`` (default: the latest active one) on ``host``, verified by hash.
+
+    Files edited on the host since the deployment are refused as drift unless ``force``."""
+    with _session(host) as (transport, info):
+        return deploy.rollback_host(transport, host, info, deployment, break_lock=break_lock,
+                                    force=force, home=home, progress=_progress(log))
+
+
+def prune(host: Host, *, keep: int = 3, dry_run: bool = False, break_lock: bool = False,
+          home: Path | None = None) -> deploy.PruneResult:
+    """Delete ``host``'s backups of rolled-back deployments but the ``keep`` newest, and their local
+    copies (:func:`sglang_patcher.deploy.prune_host`)."""
+    with _session(host) as (transport, info):
+        return deploy.prune_host(transport, host, info, keep=keep, dry_run=dry_run, break_lock=break_lock,
+                                 home=home)
+
+
+def latest_deployment_host(home: Path | None = None) -> str:
+    """The host of the newest local deployment record. Raises StateError when there is none."""
+    base = (home or sglpatch_home()) / "deployments"
+    newest: tuple[str, str] | None = None
+    for f in base.glob("*/*.json") if base.is_dir() else []:
+        try:
+            rec = json.loads(f.read_text())
+        except (OSError, ValueError):
+            continue
+        if not isinstance(rec, dict):  # not a record (hand-edited or foreign): passed over
+            continue
+        stamp = str(rec.get("created") or rec.get("started") or rec.get("id") or "")
+        host = rec.get("host") or f.parent.name
+        if newest is None or stamp > newest[0]:
+            newest = (stamp, host)
+    if newest is None:
+        raise StateError(f"no local deployment records under {base}",
+                         hint="name the host: `sglpatch rollback --host HOST`")
+    return newest[1]
+
+
+# ------------------------------------------------------------------------------------ maintainer
+
+@dataclass
+class RefreshReport:
+    patchset: str
+    version: str
+    hashes: dict[str, dict[str, str | None]] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"patchset": self.patchset, "sglang_version": self.version, **self.hashes}
+
+    def __rich__(self):
+        t = Table(title=f"{self.patchset}: hashes for sglang {self.version}", title_justify="left")
+        t.add_column("file")
+        t.add_column("pristine")
+        t.add_column("expected")
+        for p in sorted(self.hashes.get("expected", {})):
+            pr = self.hashes["pristine"].get(p)
+            ex = self.hashes["expected"].get(p)
+            t.add_row(p, (pr or "absent")[:16], (ex or "deleted")[:16])
+        merged = self.hashes.get("already_applied") or []
+        if not merged:
+            return t
+        return Group(t, Text(f"{len(merged)} change(s) already in sglang {self.version} (merged upstream: "
+                             f"drop them from this release's series):", style="yellow"),
+                     *(Text(f"  {m}", style="yellow") for m in merged))
+
+
+def _release_tree_reader(base: Path, version: str, log: Log, *, unverified: bool = False,
+                         supported: list[str] | None = None) -> Callable[[str], bytes | None]:
+    """A reader of the release files under ``base`` (a site-packages-like directory) for refresh.
+
+    Where ``base`` holds ``sglang-<v>.dist-info`` (an install or an unpacked wheel), its version
+    must be ``version`` and every file read must match its RECORD: a patched or hand-edited install
+    is refused (its hashes would be pinned as "pristine"). Without dist-info (a source checkout)
+    nothing can check the files: refused unless ``unverified``. ``supported``: the patchset's
+    releases, for the hint. Raises ConfigError naming the directory."""
+    from .manifest import read_record, sha256_bytes
+
+    if not (base / "sglang").is_dir():
+        raise ConfigError(f"{base}: no sglang/ package there",
+                          hint="--tree takes a site-packages directory: the one that holds sglang/")
+    infos = sorted(base.glob("sglang-*.dist-info"))
+    record: dict[str, str | None] | None = None
+    if infos:
+        found = infos[-1].name[len("sglang-"):-len(".dist-info")]
+        if len(infos) > 1 or found != version:
+            other = (f", or --sglang {found}" if len(infos) == 1 and found in (supported or [found]) else
+                     f" (the patchset has no target {found}: add one to patchset.yaml first)" if len(infos) == 1
+                     else "")
+            raise ConfigError(f"{base}: holds {', '.join(i.name for i in infos)}, not sglang {version}",
+                              hint=f"give the site-packages of sglang {version}{other}")
+        try:
+            record = read_record((infos[-1] / "RECORD").read_text(encoding="utf-8"))
+        except OSError as exc:
+            raise ConfigError(f"{infos[-1]}: cannot read RECORD ({exc.strerror or exc})",
+                              hint="give an intact install or unpacked wheel") from exc
+        log(f"pristine tree: {base} (sglang {version}, each file checked against its RECORD)")
+    elif not unverified:
+        raise ConfigError(f"{base}: no sglang-*.dist-info/RECORD to check its files against, so nothing shows "
+                          f"they are the sglang {version} release's (an edited file would be pinned as pristine)",
+                          hint="give an install or an unpacked wheel of that release, or pass --unverified if "
+                               "these files are the release's as published (e.g. a source checkout of its tag)")
+    else:
+        log(f"pristine tree: {base} (no sglang-*.dist-info: taken as sglang=={version} unchecked, --unverified)")
+
+    def read(p: str) -> bytes | None:
+        f = base / p
+        data = f.read_bytes() if f.is_file() else None
+        if record is not None and (data is not None or p in record):
+            want = record.get(p)
+            got = None if data is None else sha256_bytes(data)
+            if p not in record or got != want:
+                why = "is not in its RECORD" if p not in record else (
+                    "is missing" if data is None else "differs from its RECORD (patched or edited)")
+                raise ConfigError(f"{base}: {p} {why}: not the sglang {version} release file",
+                                  hint="refresh from a pristine install (e.g. drop --tree: the PyPI wheel), "
+                                       "or roll the patchset back on that install first")
+        return data
+    return read
+
+
+def refresh_patchset(name: str, version: str, *, tree: Path | None = None, unverified: bool = False,
+                     home: Path | None = None, log: Log = _quiet) -> RefreshReport:
+    """Recompute and rewrite ``pristine``/``expected`` of ``name`` for ``version``.
+
+    The pristine files come from the PyPI wheel of ``version`` (downloaded once, then cached) or,
+    with ``tree``, from that site-packages-like directory (the one holding ``sglang/``: a release
+    not on PyPI, or an unpacked wheel), checked against its RECORD (``unverified``: a tree without
+    one is taken as it is). Raises UnsupportedVersionError (before any download) when
+    ``name`` has no target ``version``, ConfigError when ``tree`` holds no ``sglang/`` package,
+    ApplyError when the series no longer applies to that release."""
+    from .patchset import refresh_hashes
+    from .wheelcache import pristine_tree
+
+    ps = load_patchset(name)
+    ps.target(version)  # an unsupported version fails before any download (as diff does)
+    if tree is not None:
+        read = _release_tree_reader(Path(tree), version, log, unverified=unverified, supported=ps.versions)
+    else:
+        log(f"pristine tree: sglang=={version} from the PyPI wheel (downloaded once, then cached)")
+        read = pristine_tree(version, home=home, log=log).read
+    hashes = refresh_hashes(ps.root, version, read)
+    return RefreshReport(ps.name, version, hashes)
 
 
 # ------------------------------------------------------------------------------------ check
