@@ -1,7 +1,9 @@
 """Run one stdlib-only script from :mod:`sglang_patcher.remote` on a host, in one round trip.
 
-The source is zlib-compressed and base64-encoded into the argv of ``<interpreter> -c <bootstrap>``;
-the operation name and its JSON arguments follow. Binary payloads travel on stdin/stdout.
+A script is one module (``probe``) or a package of modules joined into one source (``deploy_agent``,
+see :mod:`.bundle`). The source is zlib-compressed and base64-encoded into the argv of
+``<interpreter> -c <bootstrap>``; the operation name and its JSON arguments follow. Binary payloads
+travel on stdin/stdout.
 
 Protocol for JSON operations: the script prints exactly one JSON object on stdout and exits 0 on
 success; on an expected failure it prints ``{"ok": false, "kind": ..., "error": ...}`` and exits 3.
@@ -14,11 +16,11 @@ import base64
 import json
 import zlib
 from functools import lru_cache
-from importlib import resources
 from typing import Any
 
 from ..errors import RemoteCommandError
 from ..transport.base import CommandResult, Transport
+from .bundle import script_source
 
 EXPECTED_FAILURE_EXIT = 3
 
@@ -35,12 +37,12 @@ _BOOTSTRAP = (
 
 @lru_cache(maxsize=None)
 def _encoded_source(script: str) -> str:
-    src = resources.files(__package__).joinpath(f"{script}.py").read_bytes()
-    return base64.b64encode(zlib.compress(src, 9)).decode("ascii")
+    return base64.b64encode(zlib.compress(script_source(script), 9)).decode("ascii")
 
 
 def script_argv(interpreter: str, script: str, op: str, args: dict[str, Any] | None = None) -> list[str]:
-    """The argv that runs ``remote/<script>.py`` operation ``op`` with ``args`` under ``interpreter``.
+    """The argv that runs the remote script ``script`` (``remote/<script>.py``, or the package
+    ``remote/<script>/`` joined) operation ``op`` with ``args`` under ``interpreter``.
 
     Inside the script, ``sys.argv == [<b64 source>, op, json_args]``.
     """

@@ -184,8 +184,8 @@ def _sha256(path):
 
 
 # A deployment stages each new file beside its target as ".<name>.sglpatch-<deployment id>"
-# (deploy_agent.Host.temp_for) and renames it into place: such a file is never part of the install,
-# and one seen while another deployment runs is gone a moment later.
+# (HostState.temp_for in deploy_agent/host.py) and renames it into place: such a file is never part
+# of the install, and one seen while another deployment runs is gone a moment later.
 _STAGED = re.compile(r"^\..+\.sglpatch-[^/]+$")
 
 

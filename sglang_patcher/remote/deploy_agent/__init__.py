@@ -1,0 +1,62 @@
+"""Host-side deploy agent: lock, journal, backup, stage+verify+rename, resume, rollback, history.
+
+Standard library only; it runs under the host's own Python, sent by
+:mod:`sglang_patcher.remote.launcher` (one exec channel per operation) as ONE script: the modules
+of this package joined in the order of ``MODULES`` (:func:`sglang_patcher.remote.bundle.join`:
+this docstring, their standard-library imports once, then each module's code without its
+docstring and relative imports). Each module imports what it uses from the earlier ones, so the
+package also imports as it is (tests do). ``sys.argv`` is
+``[<source>, op, json_args]``. Every JSON operation prints one JSON object and exits 0; an expected
+failure prints ``{"ok": false, "kind": ..., "error": ...}`` (plus details) and exits 3.
+
+Host state lives in ``<site-packages>/.sglpatch/`` (or ``state_dir``)::
+
+    lock                   O_EXCL file, JSON holder {user, pid, host, started, deployment, token}
+    journal.json           the deployment in progress; phase staging|committing|pushed|rolling_back
+    deployments/<id>.json  record: {id, patchset, revision, sglang_version, files, phase, times, ...}
+    backups/<id>/<paths>   the originals the deployment replaced or deleted
+
+Operations (``args`` keys; every op takes ``site_packages`` and optional ``state_dir``):
+
+* ``inspect``  {paths}: live sha256/size/mode/uid/gid/nlink of each path, lock holder, pending
+  journal, deployment records, free bytes and writability of site-packages and the state dir.
+* ``push``     {deployment, files, holder, force, break_lock, reserve_bytes}; stdin: a tar of the
+  new contents (member name = site-packages-relative path). ``files[path]`` is ``{"action":
+  "write"|"delete", "sha256": new hash, "mode": new mode or null, "allowed": [live hashes accepted,
+  null = absent]}``. Order: check payload, free disk and write permission (before the first write),
+  take the lock, refuse a pending journal, check drift, journal ``staging``, back up the originals,
+  write each new file beside its target as ``.<name>.sglpatch-<id>``, fsync, verify its sha256,
+  give it the target's owner and mode, journal ``committing``, rename over the targets, delete,
+  fsync directories, purge ``__pycache__/<module>.*.pyc``, journal ``pushed``, write the record.
+  The lock stays held until ``finish`` or ``rollback``.
+* ``resume``   {deployment_id, holder, break_lock}: finish an interrupted push whose temp files
+  are all staged and verified (phase staging/committing) → phase pushed; else ``not_resumable``.
+* ``finish``   {deployment_id, holder, checks}: mark verified, drop the journal, release the lock.
+* ``rollback`` {deployment_id, holder, break_lock}: restore the backups (stage+verify+rename, the
+  original owner and mode), remove files the deployment added, purge bytecode, verify every file
+  equals its recorded pre-deploy hash, record it, release the lock. Refuses a deployment that is not
+  the latest active one (``not_latest``).
+* ``unlock``   {holder, break_lock}: release the lock (ours, or any with break_lock).
+* ``prune``    {keep, holder, dry_run, break_lock}: delete the backups of rolled-back deployments
+  but the ``keep`` newest (records stay, marked ``backups_pruned``); active ones are never touched.
+* ``history``  {}: all deployment records, oldest first.
+* ``compile``  {paths}: ``py_compile`` each file (bytecode into a temp dir, never ``__pycache__``).
+* ``backup_tar`` {deployment_id}: writes a tar of ``backups/<id>/`` to stdout (binary).
+* ``put_backups`` {deployment_id, files, holder, break_lock}; stdin: a tar of lost originals
+  (``files[path]`` = the record's ``before`` sha256 of each): written under ``backups/<id>/``
+  (fsync, rename, hashed again), so that a rollback can read them.
+
+Failure kinds: bad_args, bad_path, bad_payload, lock_held, journal_pending, drift, no_space,
+not_writable, not_regular, verify_failed, not_found, not_resumable, not_latest, push_failed,
+rollback_failed, put_failed.
+
+Test hook: ``SGLPATCH_AGENT_CRASH=<point>:<n>`` makes the agent die (``os._exit(137)``) at a point
+of the push — ``stage:n`` after n staged files, ``partial:n`` half-way through writing the n-th temp
+file, ``commit:n`` after n renames, ``pushed:0`` after the journal says pushed but before the record —
+and of a rollback — ``restore:n`` after n files put back from their backups — so tests can
+reproduce an interrupted upload or rollback for real.
+"""
+
+# the join order: each module imports only from modules before it
+MODULES = ("base", "files", "lock", "journal", "host", "backup", "inspection", "transaction", "rollback",
+           "prune", "checks", "main")

@@ -1,0 +1,53 @@
+"""What every part of the agent shares: the state dir's name, the phases, the expected-failure
+exception and its exit code, the clock, deployment ids, user names, and the test hook that kills
+the agent at a chosen point."""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+import time
+
+STATE_NAME = ".sglpatch"
+EXPECTED_FAILURE_EXIT = 3
+ACTIVE_PHASES = ("staging", "committing", "pushed", "verified", "rolling_back")
+_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+
+
+class Fail(Exception):
+    """An expected failure: printed as ``{"ok": false, "kind", "error", **extra}``, exit 3."""
+
+    def __init__(self, kind, error, **extra):
+        super().__init__(error)
+        self.kind = kind
+        self.error = error
+        self.extra = extra
+
+
+def now():
+    """UTC, to the microsecond: records sort by it (two deployments within one second stay in order)."""
+    t = time.time()
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(t)) + ".%06dZ" % int((t % 1) * 1e6)
+
+
+def check_id(did):
+    if not isinstance(did, str) or not _ID_RE.match(did):
+        raise Fail("bad_args", "bad deployment id %r" % (did,))
+    return did
+
+
+def user_name(uid):
+    try:
+        import pwd
+        return pwd.getpwuid(uid).pw_name
+    except (ImportError, KeyError):
+        return str(uid)
+
+
+def crash_point(point, count):
+    """Test hook: die (exit 137, nothing cleaned up) when ``SGLPATCH_AGENT_CRASH`` is ``point:count``."""
+    spec = os.environ.get("SGLPATCH_AGENT_CRASH")
+    if spec and spec == "%s:%d" % (point, count):
+        sys.stdout.flush()
+        os._exit(137)
