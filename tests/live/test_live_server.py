@@ -19,8 +19,11 @@ def test_ddtree_http_server_gives_the_target_tokens(ddtree_venv, live_models, gr
     assert base.ok
     single, batch = matrix.phases(fx, matrix.NEW_TOKENS["trained"])
     port = ls.free_port()
+    # --decode-log-interval 1: SGLang folds its accept counters into /server_info's running average
+    # only every decode-log-interval decode batches (40 by default, more than this test runs)
     argv = ls.server_argv(ddtree_venv.python, fx.target, port=port,
-                          extra=ls.speculative_flags(fx.drafts[4], "DDTREE", speculative_ddtree_budget=8))
+                          extra=ls.speculative_flags(fx.drafts[4], "DDTREE", speculative_ddtree_budget=8)
+                          + ["--decode-log-interval", "1"])
     with ls.ServerProcess(argv, tmp_path / "server.log", port) as server:
         server.wait_healthy()
 
@@ -39,4 +42,4 @@ def test_ddtree_http_server_gives_the_target_tokens(ddtree_venv, live_models, gr
             assert got["meta_info"].get("spec_verify_ct", 0) >= 1, got["meta_info"]
     # SGLang's running average over every request since start (one per internal state)
     accept = [s.get("avg_spec_accept_length") for s in info.get("internal_states", [])]
-    assert accept and all(a and a >= 1.0 for a in accept), info
+    assert accept and all(a and a > 1.0 for a in accept), info.get("internal_states")

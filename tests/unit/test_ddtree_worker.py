@@ -66,6 +66,35 @@ def test_lm_head_checks():
     Wk.check_lm_head(w, num_added=0, tp_size=2, has_from_topk=True)
 
 
+def test_captured_verify_width_check():
+    class Runner:
+        captured_req_width = 65
+
+    Wk.check_captured_verify_width(None, 65)           # no graphs (--disable-cuda-graph)
+    Wk.check_captured_verify_width(Runner(), 65)
+    with pytest.raises(RuntimeError, match="captured 65 tokens wide.*budget \\+ 1 = 17"):
+        Wk.check_captured_verify_width(Runner(), 17)
+
+
+def test_start_up_checks_read_only_what_sglang_has_built_by_then():
+    """SGLang 0.5.23 builds the draft worker before the attention backends and the CUDA graphs:
+    the constructor must not read them (revision 2 did, and every DDTREE server start failed);
+    the live tests (tests/live/) prove the start itself."""
+    import ast
+    import inspect
+    import textwrap
+
+    cls = next(n for n in ast.walk(ast.parse(inspect.getsource(Wk))) if isinstance(n, ast.ClassDef)
+               and n.name == "DDTreeWorker")
+    methods = {f.name: f for f in cls.body if isinstance(f, ast.FunctionDef)}
+    read = {name: {n.attr for n in ast.walk(f) if isinstance(n, ast.Attribute)}   # x.attr, getattr(x, "attr")
+            | {n.value for n in ast.walk(f) if isinstance(n, ast.Constant) and isinstance(n.value, str)}
+            for name, f in methods.items()}
+    assert not read["__init__"] & {"attn_backend", "decode_cuda_graph_runner"}, textwrap.shorten(str(read["__init__"]), 200)
+    assert "attn_backend" in read["init_attention_backends"]
+    assert "decode_cuda_graph_runner" in read["init_cuda_graphs"]
+
+
 def test_worker_needs_sglang():
     if Wk.SGLANG_WORKER_AVAILABLE:
         pytest.skip("SGLang imports here; construction needs a GPU server instead")

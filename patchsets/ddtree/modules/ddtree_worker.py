@@ -1,6 +1,6 @@
 """DDTreeWorker: DDTree speculative decoding on SGLang 0.5.23's DFlash spec-v2 worker.
 
-Installed as ``sglang/srt/speculative/ddtree_worker.py`` by the ddtree patchset (revision 2);
+Installed as ``sglang/srt/speculative/ddtree_worker.py`` by the ddtree patchset (revision 3);
 ``SpeculativeAlgorithm.create_worker`` returns ``DDTreeWorker`` for ``DDTREE``.
 
 What it keeps from ``DFlashWorkerV2`` (inherited, unchanged): construction of the DFlash draft
@@ -24,16 +24,20 @@ W = max(B, N1)):
    contiguous), the ACCEPTED nodes' hidden states in path order into the draft KV, outputs laid
    out [bs, B] with ``speculative_output_stride = B``.
 
-Refused at construction (ValueError, naming the way out): target verify backends other than
-triton / flashinfer (the rest decide "tree or chain" from ``speculative_eagle_topk`` = 1 and
-would verify a chain), triton's chain-only split-KV verify kernels, DP attention, drafts whose
-proposals are not per-position distributions of the target LM head (selector, LiLiCorr,
-Domino), quantised or LoRA-extended LM heads, and missing revision-2 hooks. Hybrid recurrent
-targets stay behind revision 1's ``--speculative-ddtree-allow-hybrid-unsafe`` gate.
+Refused at start-up (ValueError, naming the way out). SGLang 0.5.23 builds this worker before the
+memory pools, the attention backends and the CUDA graphs (``Scheduler.init_model_worker``), so each
+check runs where what it reads exists. At construction: DP attention, drafts whose proposals are
+not per-position distributions of the target LM head (selector, LiLiCorr, Domino), quantised or
+LoRA-extended LM heads, and missing revision-2 hooks. In ``init_attention_backends``: target verify
+backends other than triton / flashinfer (the rest decide "tree or chain" from
+``speculative_eagle_topk`` = 1 and would verify a chain) and triton's chain-only split-KV verify
+kernels. In ``init_cuda_graphs``: target decode graphs captured at another width than budget + 1.
+Hybrid recurrent targets stay behind revision 1's ``--speculative-ddtree-allow-hybrid-unsafe`` gate.
 
 The pure checks and the draft-head top-K below import with torch alone (CPU unit tests); the
-worker class needs SGLang. Nothing here has run inside a live SGLang server yet: see
-docs/ddtree-rev2.md for what is proven and what is not.
+worker class needs SGLang. Revision 3 runs inside a live SGLang 0.5.23 server on the CPU (the
+project's ``tests/live/``: greedy tokens equal the target's); what only a GPU host can prove is
+listed in the patchset README.
 """
 
 from __future__ import annotations
