@@ -12,7 +12,10 @@ A user's ``sglpatch apply`` is :func:`apply_to_host`, in round trips over one tr
    the patchset's pristine sha256; each file's state by hashes. Drifted files →
    :class:`DriftError` listing them (unless ``force``). All patched → a clean no-op.
 3. ``push`` — one tar of the new contents; the host agent locks, checks disk and permission,
-   checks drift again against the allowed hashes, journals the deployment (``staging``), backs up
+   compares each file's live sha256 with the one the plan saw (a compare-and-swap under the lock:
+   another apply or rollback that ran between this one's inspect and its push makes it refuse,
+   ``changed``, exit 8, before any write), checks drift again against the allowed hashes,
+   journals the deployment (``staging``), backs up
    the originals, stages each new file beside its target and verifies its sha256, renames them over
    the targets (``committing``), purges bytecode and records the deployment (``pushed``).
 4. Smoke checks (:mod:`sglang_patcher.checks`): L0 ``py_compile`` (1 round trip), L1 the patchset
@@ -196,7 +199,8 @@ def apply_to_host(transport: Transport, host: Host, info: HostInfo, patchset: Pa
     files_spec = {}
     for p, fp in plan.to_push.items():
         files_spec[p] = {"action": fp.action, "sha256": fp.expected if fp.action == "write" else None,
-                         "mode": fp.mode, "allowed": allowed_hashes(fp, history)}
+                         "mode": fp.mode, "allowed": allowed_hashes(fp, history),
+                         "expect": fp.live}  # compare-and-swap: the agent refuses if the host moved on
     deployment = {"id": did, "patchset": patchset.name, "revision": int(patchset.revision),
                   "sglang_version": version,
                   "client": {k: holder[k] for k in ("user", "host", "pid")}}

@@ -144,6 +144,8 @@ class AgentStateError(_AgentFailure, StateError):
 _HINTS = {
     "lock_held": "wait for that deployment to end; if it is dead, rerun with --break-lock",
     "journal_pending": "run `sglpatch apply` again (it resumes or rolls back) or `sglpatch rollback`",
+    "changed": "another apply or rollback changed the host after this one looked at it; run the command "
+               "again: it plans against the host as it is now (a clean no-op when it already carries the revision)",
     "drift": "someone changed these files on the host; inspect them, or rerun with --force to overwrite",
     "no_space": "free disk space on the host and rerun",
     "not_writable": "set `sudo: true` for this host in the inventory file, or fix the permissions",

@@ -297,3 +297,43 @@ def test_two_deploys_at_once_do_not_interleave(ssh_host, sglang_target, sglpatch
     finally:
         a.close()
         b.close()
+
+
+def test_an_apply_that_planned_before_another_pushed_is_refused_and_one_rollback_restores(
+        ssh_host, sglang_target, sglpatch_home, tmp_path):
+    """Issue 18: apply A inspects and plans (the host pristine), then pauses (its confirm prompt);
+    apply B runs whole meanwhile (push, checks, finish). When A goes on, what it would write is
+    checked under the host's lock against what its plan saw (compare-and-swap on each file's hash):
+    the host changed, so A is refused (exit 8) before any write. One active deployment; one
+    rollback ends pristine, by hash."""
+    ps = make_patchset(tmp_path / "ps", Path(sglang_target.site_packages))
+    read = pristine_reader(sglang_target)
+    a, b = connect(ssh_host), connect(ssh_host)
+    try:
+        info = discover(a, ssh_host)
+        seen = {}
+
+        def confirm_a(plan):           # A has inspected the pristine host and planned its push
+            assert sorted(plan.to_push) == [NEWMOD, SPEC]
+            seen["b"] = apply_to_host(b, ssh_host, info, ps, pristine=read, home=sglpatch_home)
+            return True
+
+        with pytest.raises(DeployError) as ei:
+            apply_to_host(a, ssh_host, info, ps, pristine=read, home=sglpatch_home, confirm=confirm_a)
+        assert seen["b"].status == "applied"
+        err = ei.value
+        assert err.exit_code == 8 and getattr(err, "kind", None) == "changed", err
+        assert "since this apply" in str(err) and SPEC in str(err) and "nothing was written" in str(err)
+        assert seen["b"].deployment_id in str(err)
+
+        st = host_status(a, ssh_host, info, ps)
+        assert st.overall == "patched" and st.lock is None and st.journal is None
+        assert [d["id"] for d in st.active] == [seen["b"].deployment_id]
+        rb = rollback_host(a, ssh_host, info, home=sglpatch_home)
+        assert rb.rolled_back == [seen["b"].deployment_id]
+        assert _live(sglang_target, SPEC) == info.record[SPEC]
+        assert not (Path(sglang_target.site_packages) / NEWMOD).exists()
+        assert host_status(a, ssh_host, info, ps).overall == "pristine"
+    finally:
+        a.close()
+        b.close()

@@ -201,6 +201,29 @@ def test_drift_refused_then_forced(agent, tree):
         b"B = 'hand edit'\n"
 
 
+def test_push_is_a_compare_and_swap_on_the_hashes_the_plan_saw(agent, tree):
+    """Each file's ``expect`` (the live hash the client's plan saw) is checked under the lock before
+    any write, and --force does not override it: a host that moved on since the plan (another apply
+    in between) refuses the push whole."""
+    files = spec_for()
+    for rel in files:
+        files[rel]["expect"] = sha(ORIG.get(rel))
+    (tree / "sglang/srt/b.py").write_bytes(NEW["sglang/srt/b.py"])  # another run wrote it meanwhile
+    for force in (False, True):
+        with pytest.raises(AgentError) as ei:
+            agent.push(dep(), files, dict(NEW), make_holder("x"), force=force)
+        assert ei.value.kind == "changed" and ei.value.exit_code == 8
+        assert ei.value.details["files"] == {"sglang/srt/b.py": {"planned": sha(ORIG["sglang/srt/b.py"]),
+                                                                 "live": sha(NEW["sglang/srt/b.py"])}}
+        assert "nothing was written" in str(ei.value) and "another apply" in ei.value.hint
+        assert live(tree, "sglang/srt/a.py") == sha(ORIG["sglang/srt/a.py"])
+        assert not (tree / "sglang/srt/new_dir").exists() and not temps(tree)
+        assert agent.inspect([])["lock"] is None and agent.inspect([])["journal"] is None
+    files["sglang/srt/b.py"]["expect"] = sha(NEW["sglang/srt/b.py"])  # the plan saw what is there
+    out = agent.push(dep(), files, dict(NEW), make_holder("x"))
+    assert out["deployment"]["files"]["sglang/srt/b.py"]["before"] == sha(NEW["sglang/srt/b.py"])
+
+
 def test_no_space_checked_before_the_first_write(agent, tree):
     with pytest.raises(AgentError) as ei:
         do_push(agent, reserve_bytes=1 << 62)

@@ -23,8 +23,11 @@ Operations (``args`` keys; every op takes ``site_packages`` and optional ``state
 * ``push``     {deployment, files, holder, force, break_lock, reserve_bytes}; stdin: a tar of the
   new contents (member name = site-packages-relative path). ``files[path]`` is ``{"action":
   "write"|"delete", "sha256": new hash, "mode": new mode or null, "allowed": [live hashes accepted,
-  null = absent]}``. Order: check payload, free disk and write permission (before the first write),
-  take the lock, refuse a pending journal, check drift, journal ``staging``, back up the originals,
+  null = absent], "expect": the live hash the client's plan saw (null = absent; optional)}``.
+  Order: check payload, free disk and write permission (before the first write), take the lock,
+  refuse a pending journal, compare each ``expect`` with the live hash (``changed``: the host moved
+  on since the plan, e.g. another apply; ``force`` does not override it), check drift, journal
+  ``staging``, back up the originals,
   write each new file beside its target as ``.<name>.sglpatch-<id>``, fsync, verify its sha256,
   give it the target's owner and mode, journal ``committing``, rename over the targets, delete,
   fsync directories, purge ``__pycache__/<module>.*.pyc``, journal ``pushed``, write the record.
@@ -46,7 +49,7 @@ Operations (``args`` keys; every op takes ``site_packages`` and optional ``state
   (``files[path]`` = the record's ``before`` sha256 of each): written under ``backups/<id>/``
   (fsync, rename, hashed again), so that a rollback can read them.
 
-Failure kinds: bad_args, bad_path, bad_payload, lock_held, journal_pending, drift, no_space,
+Failure kinds: bad_args, bad_path, bad_payload, lock_held, journal_pending, changed, drift, no_space,
 not_writable, not_regular, verify_failed, not_found, not_resumable, not_latest, push_failed,
 rollback_failed, put_failed.
 

@@ -95,6 +95,28 @@ def build_plan(h, files, live):
     return plan, created_dirs
 
 
+def check_unchanged(h, files, live):
+    """The compare-and-swap of a push: each file whose spec names ``expect`` (the live sha256 the
+    client's plan saw, None = absent) must still have it, checked under the lock before any write;
+    ``force`` does not override it. Raises Fail(changed) naming each file, its two hashes and the
+    newest deployment record (another apply or rollback ran between the plan and the push)."""
+    changed = {rel: {"planned": spec["expect"], "live": live[rel]["sha256"]}
+               for rel, spec in sorted(files.items())
+               if "expect" in spec and live[rel]["sha256"] != spec["expect"]}
+    if not changed:
+        return
+    records = h.records()
+    latest = records[-1] if records else None
+    by = (" (the newest deployment record is %s, %s r%s, %s)"
+          % (latest.get("id"), latest.get("patchset"), latest.get("revision"), latest.get("phase"))
+          if latest else "")
+    raise Fail("changed", "%d file(s) changed on the host since this apply planned its push%s: %s; "
+               "nothing was written" % (len(changed), by, ", ".join(
+                   "%s (planned %s, now %s)" % (rel, (c["planned"] or "absent")[:12], (c["live"] or "absent")[:12])
+                   for rel, c in changed.items())),
+               files=changed, latest=latest and latest.get("id"))
+
+
 def op_push(a):
     h = HostState(a)
     dep = a.get("deployment") or {}
@@ -122,6 +144,7 @@ def op_push(a):
         if os.path.exists(h.record_path(did)):
             raise Fail("bad_args", "deployment id %s already exists on this host" % did)
         live = {rel: file_info(h.target(rel)) for rel in files}
+        check_unchanged(h, files, live)
         drift = {rel: live[rel]["sha256"] for rel, spec in files.items()
                  if live[rel]["sha256"] not in spec.get("allowed", [])}
         if drift and not a.get("force"):
