@@ -4,6 +4,7 @@ status and rollback all run through `sudo -n`, and every file keeps its root own
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 
 import pytest
@@ -49,3 +50,47 @@ def test_apply_and_rollback_of_a_root_owned_install_through_sudo(sshd, sglang_ta
     assert (st.st_uid, st.st_gid) == (0, 0) and st.st_mode & 0o7777 == mode
     assert hashlib.sha256(target.read_bytes()).hexdigest() == before
     assert service.host_status(host, patchset="ddtree@1").overall == "pristine"
+
+
+@pytest.mark.parametrize("state_owner", ["root", "login user"])
+def test_prune_without_sudo_of_backups_written_through_sudo_is_refused_whole(sshd, sglang_target, ssh_user_sudo,
+                                                                             sglpatch_home, state_owner):
+    """Issue 18: deployments made with `sudo: true` and rolled back, then `prune` from an entry
+    without sudo: one clear refusal (exit 8) naming the root-owned backups and `sudo: true` — no
+    traceback, no record marked pruned, every backup still there; with sudo the same prune works.
+    The state dir is root's (the lock cannot be taken), or the login user's with root-owned backup
+    trees inside (the records could be rewritten, the backups not deleted)."""
+    from sglang_patcher.errors import DeployError
+
+    site = sglang_target.site_packages
+    _chown_root(site)
+    host = sshd.host_entry(sglang_target, sudo=True)
+    ids = []
+    for _ in range(2):
+        ids.append(service.apply_patchset("ddtree@1", host, confirm=lambda plan: True).deployment_id)
+        service.rollback(host)
+    state = site / ".sglpatch"
+    if state_owner == "login user":
+        for p in [state, state / "backups", state / "deployments", *(state / "deployments").iterdir()]:
+            os.chown(p, sglang_target.uid, sglang_target.gid)
+    records = {i: (state / "deployments" / f"{i}.json").read_bytes() for i in ids}
+    assert all((state / "backups" / i).is_dir() for i in ids)
+
+    plain = sshd.host_entry(sglang_target)
+    with pytest.raises(DeployError) as exc:
+        service.prune(plain, keep=0)
+    err = exc.value
+    assert err.exit_code == 8 and getattr(err, "kind", None) == "not_writable", err
+    msg = str(err) + (err.hint or "")
+    assert "sudo: true" in msg and "Traceback" not in msg
+    assert str(state / "backups" if state_owner == "login user" else state) in str(err)
+    for i in ids:          # nothing half-done: records as they were, backups all there
+        assert (state / "deployments" / f"{i}.json").read_bytes() == records[i]
+        assert (state / "backups" / i / "sglang").is_dir()
+    assert not (state / "lock").exists()
+
+    out = service.prune(host, keep=0)
+    assert sorted(p["id"] for p in out.pruned) == sorted(ids)
+    for i in ids:
+        assert not (state / "backups" / i).exists()
+        assert "backups_pruned" in json.loads((state / "deployments" / f"{i}.json").read_text())

@@ -41,7 +41,10 @@ Operations (``args`` keys; every op takes ``site_packages`` and optional ``state
   the latest active one (``not_latest``).
 * ``unlock``   {holder, break_lock}: release the lock (ours, or any with break_lock).
 * ``prune``    {keep, holder, dry_run, break_lock}: delete the backups of rolled-back deployments
-  but the ``keep`` newest (records stay, marked ``backups_pruned``); active ones are never touched.
+  but the ``keep`` newest (records stay, marked ``backups_pruned`` once their backups are gone);
+  active ones are never touched. Refused whole (``not_writable``, before the lock) when this user
+  cannot take the lock, rewrite the records or delete every backup path (backups written through
+  ``sudo: true``, pruned without it).
 * ``history``  {}: all deployment records, oldest first.
 * ``compile``  {paths}: ``py_compile`` each file (bytecode into a temp dir, never ``__pycache__``).
 * ``backup_tar`` {deployment_id}: writes a tar of ``backups/<id>/`` to stdout (binary).
@@ -51,7 +54,8 @@ Operations (``args`` keys; every op takes ``site_packages`` and optional ``state
 
 Failure kinds: bad_args, bad_path, bad_payload, lock_held, journal_pending, changed, drift, no_space,
 not_writable, not_regular, verify_failed, not_found, not_resumable, not_latest, push_failed,
-rollback_failed, put_failed.
+rollback_failed, put_failed, prune_failed. A ``PermissionError`` no op foresaw is reported as
+not_writable (the path, the user), never as a traceback.
 
 Test hook: ``SGLPATCH_AGENT_CRASH=<point>:<n>`` makes the agent die (``os._exit(137)``) at a point
 of the push — ``stage:n`` after n staged files, ``partial:n`` half-way through writing the n-th temp

@@ -4,10 +4,11 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 
 from .backup import op_backup_tar, op_put_backups
-from .base import EXPECTED_FAILURE_EXIT, Fail
+from .base import EXPECTED_FAILURE_EXIT, Fail, user_name
 from .checks import op_compile
 from .inspection import op_history, op_inspect
 from .prune import op_prune
@@ -32,6 +33,11 @@ def main(argv):
             out, code = dict(res, ok=True), 0
         except Fail as f:
             out = dict(f.extra, ok=False, kind=f.kind, error=f.error)
+            code = EXPECTED_FAILURE_EXIT
+        except PermissionError as exc:  # an op met a path it may not change: said, not a traceback
+            out = {"ok": False, "kind": "not_writable", "path": exc.filename,
+                   "error": "%s: %s may not change %s (%s); it is another user's (root's, written through "
+                            "`sudo: true`?)" % (argv[1], user_name(os.geteuid()), exc.filename, exc.strerror)}
             code = EXPECTED_FAILURE_EXIT
     sys.stdout.write(json.dumps(out, sort_keys=True) + "\n")
     sys.stdout.flush()

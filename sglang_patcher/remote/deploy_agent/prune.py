@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import shutil
 
-from .base import Fail, check_id, now
+from .base import Fail, check_id, now, user_name
 from .files import write_json
 from .host import HostState
 from .journal import pending_fail
@@ -23,9 +23,59 @@ def _tree_bytes(path):
     return total
 
 
+def undeletable(h, dirs):
+    """What stops this user from pruning ``dirs`` (backup trees): ``(lock, records, paths)`` —
+    ``lock`` the state dir when the lock cannot be taken there, ``records`` the records dir when
+    the records cannot be rewritten, ``paths`` the backup files that cannot be deleted (an entry
+    needs write and search permission on its directory) and each tree whose own parent forbids it."""
+    ok = os.W_OK | os.X_OK
+    lock = None if os.access(h.state, ok) else h.state
+    records = None if not dirs or os.access(h.records_dir, ok) else h.records_dir
+    bad = []
+    for top in dirs:
+        if not os.access(os.path.dirname(top), os.W_OK | os.X_OK):
+            bad.append(top)
+        for dirpath, dirnames, names in os.walk(top):
+            if not os.access(dirpath, ok):
+                bad += [os.path.join(dirpath, n) for n in sorted(names)]
+    return lock, records, bad
+
+
+def _owner(path):
+    try:
+        return user_name(os.lstat(path).st_uid)
+    except OSError:
+        return "?"
+
+
+def refuse_undeletable(h, lock, records, bad):
+    """Fail(not_writable) naming the state dir, the records dir and the backups this user cannot
+    change."""
+    me = user_name(os.geteuid())
+    parts = []
+    if lock:
+        parts.append("cannot take the lock in the state dir %s (owned by %s)" % (lock, _owner(lock)))
+    if records:
+        parts.append("cannot rewrite the records in %s (owned by %s)" % (records, _owner(records)))
+    if bad:
+        rel = [os.path.relpath(b, h.backups_dir) for b in bad]
+        shown = ", ".join(rel[:4]) + (" and %d more" % (len(rel) - 4) if len(rel) > 4 else "")
+        owners = sorted({_owner(os.path.dirname(b)) for b in bad[:50]})
+        parts.append("cannot delete %d backup file(s) in %s (their directories are %s's): %s"
+                     % (len(bad), h.backups_dir, ", ".join(owners), shown))
+    raise Fail("not_writable", "prune as %s: %s. They were written through `sudo: true` (or by another user): "
+               "prune with the same `sudo: true` as the deployments; nothing was pruned and no record was "
+               "changed" % (me, "; ".join(parts)), files=bad, state_dir=lock, records_dir=records)
+
+
 def op_prune(a):
     """Delete the backups of rolled-back deployments but the ``keep`` newest; records stay (history),
-    marked ``backups_pruned``. Active deployments' backups are never touched (rollback needs them)."""
+    marked ``backups_pruned``. Active deployments' backups are never touched (rollback needs them).
+
+    Nothing is half-done: before the lock is taken and before any record or backup changes, every
+    path to delete is checked deletable by this user (backups written through ``sudo: true`` are
+    root's: a refusal ``not_writable`` names them). Each record is marked only once its backups are
+    gone; a deletion that still fails leaves its record as it was and names what is left."""
     h = HostState(a)
     holder = a.get("holder")
     keep = a.get("keep", 3)
@@ -35,26 +85,45 @@ def op_prune(a):
     if j is not None:
         raise pending_fail(j)
     dry = bool(a.get("dry_run"))
-    if not dry:
-        h.acquire(holder, bool(a.get("break_lock")))
-    try:
+
+    def plan():
         done = [r for r in h.records() if r.get("phase") == "rolled_back"]
         cut = max(len(done) - keep, 0)  # done[:cut] lose their backups, done[cut:] keep them
-        pruned = []
+        todo = []
         for r in done[:cut]:
             did = check_id(r.get("id"))
             dirs = [d for d in (os.path.join(h.backups_dir, did), os.path.join(h.backups_dir, did + ".drifted"))
                     if os.path.isdir(d)]
-            if not dirs:
-                continue
+            if dirs:
+                todo.append((r, did, dirs))
+        return todo, [r.get("id") for r in done[cut:]]
+
+    todo, kept = plan()
+    if not dry:
+        lock, records, bad = undeletable(h, [d for _r, _did, dirs in todo for d in dirs])
+        if lock or records or bad:
+            refuse_undeletable(h, lock, records, bad)
+        h.acquire(holder, bool(a.get("break_lock")))
+    try:
+        if not dry:
+            todo, kept = plan()   # under the lock: the records as they are now
+        pruned = []
+        for r, did, dirs in todo:
             size = sum(_tree_bytes(d) for d in dirs)
             if not dry:
-                r["backups_pruned"] = now()
-                write_json(h.record_path(did), r)   # said first: a crash after it leaves no false record
+                left = []
                 for d in dirs:
-                    shutil.rmtree(d)
-            pruned.append({"id": did, "bytes": size, "dirs": dirs})
+                    shutil.rmtree(d, onerror=lambda _f, path, _e: left.append(path))
+                if left:
+                    raise Fail("prune_failed", "could not delete %s of deployment %s: its backups are partly "
+                               "deleted and its record is unchanged%s" % (
+                                   ", ".join(left[:8]), did, "; pruned before it: %s" % ", ".join(
+                                       p["id"] for p in pruned) if pruned else ""),
+                               files=left, pruned=pruned)
+                r["backups_pruned"] = now()
+                write_json(h.record_path(did), r)   # after the deletion: a record never says pruned
+            pruned.append({"id": did, "bytes": size, "dirs": dirs})  # while its backups are there
     finally:
         if not dry:
             h.release(holder, force=True)
-    return {"pruned": pruned, "kept": [r.get("id") for r in done[cut:]], "dry_run": dry}
+    return {"pruned": pruned, "kept": kept, "dry_run": dry}
