@@ -25,6 +25,7 @@ import pytest
 from tests.support import live_env, venvs
 from tests.support.live_env import LiveVenv
 from tests.support.live_sglang import EngineRun, LiveRecord, ModelFixture, run_engines
+from tests.support.live_ssh import SshHost, cpu_serve_profile, port_range, ssh_venv
 
 LIVE_DIR = Path(__file__).resolve().parent
 
@@ -86,6 +87,8 @@ def live_models() -> dict[str, ModelFixture]:
         with venvs.locked(venvs.cache_root() / ".live-models.lock"):
             if not done.exists():
                 tiny_models.build_fixtures(out)
+                for path in [out, *out.rglob("*")]:      # the SSH test user reads them too
+                    path.chmod(path.stat().st_mode | (0o755 if path.is_dir() else 0o644))
                 done.write_text(digest + "\n")
     return {d.name: ModelFixture.load(d) for d in sorted(out.iterdir()) if (d / "fixture.json").exists()}
 
@@ -124,3 +127,28 @@ def greedy_runs(ddtree_venv: LiveVenv, live_models: dict[str, ModelFixture],
         out[name] = run_engines(ddtree_venv.python, specs, tmp_path_factory.mktemp(f"greedy-{name}"))
         _RECORD.add_runs(name, out[name])
     return out
+
+
+@pytest.fixture(scope="session")
+def patched_ssh_host(sshd, live_pristine, live_models, tmp_path_factory) -> SshHost:
+    """An SSH host (the real loopback sshd) whose live venv carries ddtree, applied over SSH by
+    the CLI; shared by the check and bench tests."""
+    venv = ssh_venv(sshd, live_pristine, tmp_path_factory, "live-check")
+    h = SshHost(sshd, venv, tmp_path_factory.mktemp("live-check"), "live-ssh")
+    h.write(cpu_serve_profile(live_models["trained"], port_range()))
+    applied = h.run("apply", "ddtree", "--host", h.name, "--yes", "--json")
+    assert applied.returncode == 0, applied.stdout[-3000:] + applied.stderr[-3000:]
+    yield h
+    h.kill_all()
+    venvs.remove_venv(venv.venv, background=True)
+
+
+@pytest.fixture
+def host(patched_ssh_host: SshHost, live_models) -> SshHost:
+    """``patched_ssh_host`` with the trained fixture's serve profile; no server of sglpatch may
+    still run after the test."""
+    patched_ssh_host.write(cpu_serve_profile(live_models["trained"], port_range()))
+    yield patched_ssh_host
+    left = patched_ssh_host.running()
+    patched_ssh_host.kill_all()
+    assert not left, f"sglpatch left servers running on the host: {left}"

@@ -72,6 +72,7 @@ import hashlib
 import inspect
 import json
 import math
+import os
 import random
 import sys
 import time
@@ -755,8 +756,10 @@ def _write_json(path: Path, obj: object) -> None:
 
 
 def _save(state: dict[str, torch.Tensor], d: Path) -> None:
+    path = d / "model.safetensors"
     save_file({k: v.detach().to(torch.float32).contiguous() for k, v in state.items()},
-              str(d / "model.safetensors"), metadata={"format": "pt"})
+              str(path), metadata={"format": "pt"})
+    os.chmod(path, 0o644)   # safetensors writes 0600; the tests' SSH user loads the models too
 
 
 def sha256_dir(d: Path, skip: tuple[str, ...] = ()) -> str:
