@@ -1,0 +1,68 @@
+"""The figures of ``sglpatch bench`` from per-request results, its history and --compare (no host;
+the runs themselves are tested live in tests/live/test_live_bench.py)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from sglang_patcher.serve.bench import Arm, BenchRun, Row, last_comparable, load_history, requests_for, store, summarize
+
+
+def result(tokens: int, latency: float, ttft: float, accept: float | None = None) -> dict:
+    meta = {"completion_tokens": tokens}
+    if accept is not None:
+        meta["spec_accept_length"] = accept
+    return {"output_tokens": tokens, "latency_s": latency, "ttft_s": ttft, "meta_info": meta}
+
+
+def test_summarize_medians_and_throughput():
+    arm = Arm("DDTREE", 8)
+    rows = [result(11, 2.0, 1.0, 2.0), result(11, 3.0, 1.0, 3.0), result(11, 4.0, 2.0, 4.0), {"error": "boom"}]
+    r = summarize(arm, 4, rows, wall_s=5.0)
+    assert r.arm == "DDTREE n8" and r.requests == 4 and r.failed == 1
+    assert r.output_tokens == 33 and r.tok_s == pytest.approx(6.6)
+    assert r.tpot_ms == pytest.approx(200.0)      # (3-1)/10, (2-1)/10, (4-2)/10 s -> median 0.2 s
+    assert r.ttft_ms == pytest.approx(1000.0) and r.accept_length == 3.0
+    assert summarize(Arm("none"), 1, [result(5, 1, 0.5)], 1.0).accept_length is None
+
+
+def test_requests_cycle_prompts_with_fixed_length():
+    reqs = requests_for(["a", "b"], 5, 7)
+    assert [r["text"] for r in reqs] == ["a", "b", "a", "b", "a"]
+    assert all(r["sampling_params"] == {"temperature": 0.0, "max_new_tokens": 7, "ignore_eos": True} for r in reqs)
+
+
+def run(host="h", model="/m", tok=10.0, started="t1") -> BenchRun:
+    b = BenchRun(host, "0.5.23", "ddtree", 3, model, "/d", ["--x"], 4, 64, 1, started)
+    b.rows = [Row("DFLASH", "DFLASH", None, 1, 8, 512, tok, 10.0, 100.0, 2.0),
+              Row("DDTREE n8", "DDTREE", 8, 1, 8, 512, tok * 1.5, 7.0, 110.0, 3.0)]
+    return b
+
+
+def test_history_and_last_comparable(tmp_path):
+    assert load_history(tmp_path) == [] and last_comparable(run(), tmp_path) is None
+    store(run(tok=10.0, started="t1"), tmp_path)
+    store(run(model="/other", started="t2"), tmp_path)
+    store(run(tok=12.0, started="t3"), tmp_path)
+    (tmp_path / "bench" / "history.jsonl").open("a").write("not json\n[1]\n")
+    assert len(load_history(tmp_path)) == 3
+    prev = last_comparable(run(), tmp_path)
+    assert prev["started"] == "t3" and prev["rows"][0]["tok_s"] == 12.0
+    assert last_comparable(run(host="other"), tmp_path) is None
+    doc = json.loads((tmp_path / "bench" / "history.jsonl").read_text().splitlines()[0])
+    assert doc["host"] == "h" and doc["sglang_version"] == "0.5.23" and doc["patchset"] == "ddtree"
+
+
+def test_ratio_and_rendering_show_the_comparison(tmp_path):
+    from rich.console import Console
+
+    b = run(tok=10.0)
+    assert b.ratio("DDTREE n8", "DFLASH", 1) == pytest.approx(1.5) and b.ratio("DDTREE n8", "DFLASH", 4) is None
+    b.previous = run(tok=8.0, started="earlier").to_json()
+    b.history = str(tmp_path / "h.jsonl")
+    console = Console(width=120, record=True)
+    console.print(b)
+    text = console.export_text()
+    assert "1.50x" in text and "(+25%)" in text and "earlier" in text
