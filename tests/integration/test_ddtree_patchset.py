@@ -38,7 +38,7 @@ DDTREE = REPO / "patchsets" / "ddtree"
 L1_SCRIPT = DDTREE / "checks" / "l1_ddtree.py"
 README = DDTREE / "README.md"
 V = "0.5.23"
-L1_CHECKS = 25          # revision 2 (revision 1 had 10)
+L1_CHECKS = 26          # revision 3 (revision 2 had 25, revision 1 had 10)
 
 
 def _sha(data: bytes) -> str:
@@ -143,8 +143,9 @@ def test_revision_1_is_frozen_and_recognised_by_revision_2(ps, tree):
 
 
 def test_revision_2_is_frozen_and_recognised_by_revision_3(ps, tree):
-    """Revision 3 changes the worker module alone (its start-up checks); revision 2 stays
-    loadable and rendering as ``ddtree@2`` and is recognised by its hashes."""
+    """Revision 3 changes the worker (its start-up checks, the budget schedule), adds
+    ddtree_budget.py and the schedule's argument and validation; revision 2 stays loadable and
+    rendering as ``ddtree@2`` and is recognised by its hashes."""
     r2 = load_patchset("ddtree@2")
     assert (ps.revision, r2.revision) == (3, 2)
     assert r2.root == DDTREE / "history" / "r2"
@@ -152,15 +153,16 @@ def test_revision_2_is_frozen_and_recognised_by_revision_3(ps, tree):
     assert ps.spec.history[2][V] == r2.target(V).expected
     assert ps.spec.history[1][V] == r2.spec.history[1][V]
     changed = {p for p, sha in r2.target(V).expected.items() if ps.target(V).expected[p] != sha}
-    assert changed == {"sglang/srt/speculative/ddtree_worker.py"}
+    assert changed == {"sglang/srt/speculative/ddtree_worker.py", "sglang/srt/arg_groups/fields/spec.py",
+                       "sglang/srt/arg_groups/speculative_hook.py"}
     for path, sha in r2.target(V).expected.items():
         assert ps.classify(path, sha, version=V) == ("patched@r2" if path in changed else "patched"), path
-    assert set(r2.target(V).expected) == set(ps.target(V).expected)
+    assert set(ps.target(V).expected) - set(r2.target(V).expected) == {"sglang/srt/speculative/ddtree_budget.py"}
 
 
 def test_new_modules_are_installed_into_sglang_speculative(ps):
     t = ps.target(V)
-    want = {"ddtree_reference", "ddtree_tree", "ddtree_accept", "ddtree_kernels", "ddtree_info",
+    want = {"ddtree_reference", "ddtree_tree", "ddtree_accept", "ddtree_kernels", "ddtree_info", "ddtree_budget",
             "ddtree_worker"}
     assert t.new_files == {f"sglang/srt/speculative/{m}.py": f"modules/{m}.py" for m in want}
 

@@ -1,7 +1,8 @@
 """Revision 2 → 3 (and 1 → 3) through the ``sglpatch`` command line on the local transport's real
-sglang 0.5.23 venv. Revision 3 changes only the worker module (its start-up checks; revision 2 could
-not start a DDTREE server), so the upgrade from 2 pushes that one file; rollbacks walk back one
-deployment at a time and end pristine by RECORD."""
+sglang 0.5.23 venv. Revision 3 changes the worker (its start-up checks: revision 2 could not start a
+DDTREE server; the budget schedule), adds ddtree_budget.py and the schedule's argument and
+validation, so the upgrade from 2 pushes those four files; rollbacks walk back one deployment at a
+time and end pristine by RECORD."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ pytestmark = [pytest.mark.sglang]
 VERSION = "0.5.23"
 SPEC_INFO = "sglang/srt/speculative/spec_info.py"
 WORKER = "sglang/srt/speculative/ddtree_worker.py"
+BUDGET = "sglang/srt/speculative/ddtree_budget.py"
 
 
 def _hosts(tmp_path, local_target):
@@ -44,7 +46,8 @@ def test_cli_r2_then_r3_pushes_the_worker_then_rollback_twice(capsys, tmp_path, 
     assert data["status"] == "applied" and data["plan"]["revision"] == 3, data
     assert data["plan"]["kind"] == "upgrade", data["plan"]
     pushed = sorted(p for p, f in data["plan"]["files"].items() if f["action"] != "none")
-    assert pushed == [WORKER], data["plan"]["files"]
+    assert pushed == sorted([WORKER, BUDGET, "sglang/srt/arg_groups/fields/spec.py",
+                             "sglang/srt/arg_groups/speculative_hook.py"]), data["plan"]["files"]
     assert live_hash(site, WORKER) != r2_worker and live_hash(site, SPEC_INFO) == r2_spec_info
     code, data, err = run_json(capsys, *h, "status", "--host", "here", "--patchset", "ddtree")
     assert code == 0, err
@@ -59,6 +62,7 @@ def test_cli_r2_then_r3_pushes_the_worker_then_rollback_twice(capsys, tmp_path, 
     code, _, err = run_json(capsys, *h, "rollback", "--host", "here")
     assert code == 0, err
     assert live_hash(site, SPEC_INFO) == record[SPEC_INFO] and live_hash(site, WORKER) is None
+    assert live_hash(site, BUDGET) is None
 
 
 def test_cli_r1_straight_to_r3(capsys, tmp_path, sglpatch_home, local_target):

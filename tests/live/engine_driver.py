@@ -57,7 +57,8 @@ def run_engine(spec: dict) -> dict:
             if phase.get("batch"):
                 outs = engine.generate(prompts, sampling)
             else:
-                outs = [engine.generate(p, sampling) for p in prompts]
+                per = sampling if isinstance(sampling, list) else [sampling] * len(prompts)
+                outs = [engine.generate(p, sp) for p, sp in zip(prompts, per)]
             entry["phases"].append({"name": phase["name"], "wall_s": round(time.perf_counter() - t, 3),
                                     "results": [_result(p, o) for p, o in zip(prompts, outs)]})
             print(f"engine_driver: {spec['name']} {phase['name']} done in "

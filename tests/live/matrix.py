@@ -22,12 +22,14 @@ class Arm:
     block: int = 4
     extra: tuple[tuple[str, object], ...] = ()
     sampled: bool = False          # also a batched phase at temperature > 0 ("sampled")
+    ragged: bool = False           # also a batched phase of different lengths ("ragged"): the
+                                   # running batch shrinks as requests finish
 
 
 # block-4 draft of the trained fixture: budgets 1, B - 1, and larger than the block; top-k
 # below the budget; the non-overlap scheduler. The block-8 draft: B - 1 and 3B.
 TRAINED_ARMS = (
-    Arm("target"),
+    Arm("target", ragged=True),
     Arm("dflash-b4", "DFLASH", 4, sampled=True),
     Arm("ddtree-b4-n1", "DDTREE", 4, (("speculative_ddtree_budget", 1),)),
     Arm("ddtree-b4-n3", "DDTREE", 4, (("speculative_ddtree_budget", 3),)),
@@ -36,6 +38,9 @@ TRAINED_ARMS = (
                                           ("speculative_ddtree_topk", 2))),
     Arm("ddtree-b4-n8-nooverlap", "DDTREE", 4, (("speculative_ddtree_budget", 8),
                                                 ("disable_overlap_schedule", True))),
+    # budget by batch: 16 nodes alone, 8 from 2 requests, the floor (B - 1 = 3) from 4
+    Arm("ddtree-b4-sched", "DDTREE", 4, (("speculative_ddtree_budget", 16),
+                                         ("speculative_ddtree_budget_schedule", "1:16,2:8,4:3")), ragged=True),
     Arm("dflash-b8", "DFLASH", 8),
     Arm("ddtree-b8-n7", "DDTREE", 8, (("speculative_ddtree_budget", 7),)),
     Arm("ddtree-b8-n24-k4", "DDTREE", 8, (("speculative_ddtree_budget", 24),
@@ -53,15 +58,23 @@ NEW_TOKENS = {"trained": 24, "random": 16}
 SAMPLING = {"temperature": 1.0, "top_p": 0.95, "ignore_eos": True}
 
 
-def phases(fx: ModelFixture, new_tokens: int, sampled: bool = False) -> tuple[ls.Phase, ...]:
+RAGGED_LENGTHS = (24, 5, 14, 3, 19)
+
+
+def phases(fx: ModelFixture, new_tokens: int, sampled: bool = False,
+           ragged: bool = False) -> tuple[ls.Phase, ...]:
     """"single": the first two prompts one at a time; "batch": five prompts at once; with
-    ``sampled``, "sampled": the five again at temperature 1 (top-p 0.95)."""
+    ``sampled``, "sampled": the five again at temperature 1 (top-p 0.95); with ``ragged``,
+    "ragged": the five at once asking RAGGED_LENGTHS new tokens, so the batch shrinks 5 -> 1."""
     greedy = {"temperature": 0.0, "max_new_tokens": new_tokens, "ignore_eos": True}
     prompts = fx.prompts
     out = (ls.Phase("single", prompts[:2], greedy),
            ls.Phase("batch", prompts[:5], greedy, batch=True))
     if sampled:
         out += (ls.Phase("sampled", prompts[:5], dict(SAMPLING, max_new_tokens=new_tokens), batch=True),)
+    if ragged:
+        out += (ls.Phase("ragged", prompts[:5], [dict(greedy, max_new_tokens=n) for n in RAGGED_LENGTHS],
+                         batch=True),)
     return out
 
 
@@ -75,4 +88,4 @@ def engine_spec(fx: ModelFixture, arm: Arm) -> ls.EngineSpec:
         kwargs = ls.cpu_engine_kwargs(fx.target, attention_backend="torch_native")
     else:
         kwargs = ls.speculative_kwargs(fx.target, fx.drafts[arm.block], arm.algorithm, **dict(arm.extra))
-    return ls.EngineSpec(arm.name, kwargs, phases(fx, NEW_TOKENS[fx.name], arm.sampled))
+    return ls.EngineSpec(arm.name, kwargs, phases(fx, NEW_TOKENS[fx.name], arm.sampled, arm.ragged))

@@ -10,6 +10,7 @@ import json
 import os
 import signal
 import time
+import urllib.request
 from pathlib import Path
 
 from tests.support.live_ssh import SshHost, cpu_serve_profile, port_range
@@ -37,22 +38,35 @@ def test_bench_measures_every_arm_stores_and_plots(host: SshHost, live_models, t
         print(f"  {arm:10} c={c}: {r['tok_s']:.2f} tok/s, accept {r['accept_length']}")
 
 
+def _healthy(port: int) -> bool:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as r:
+            return r.status == 200
+    except OSError:
+        return False
+
+
 def test_a_server_dying_mid_bench_fails_it_with_its_log(host: SshHost, live_models) -> None:
     host.write(cpu_serve_profile(live_models["random"], port_range(),
                                  bench={"concurrency": [2], "requests": 40, "max_new_tokens": 64}))
     client = host.popen("bench", "--host", host.name, "--arms", "none", "--json")
-    deadline = time.monotonic() + 300
-    killed = None
-    while time.monotonic() < deadline and killed is None:     # once it serves: kill it under load
-        for rec in host.running():
-            log = Path(rec["log"]).read_text(errors="replace") if Path(rec["log"]).exists() else ""
-            if "POST /generate" in log or "Decode batch" in log:
-                os.killpg(int(rec["pgid"]), signal.SIGKILL)
-                killed = rec
-        time.sleep(1)
-    assert killed is not None, "the bench's server never started serving"
-    out, _ = client.communicate(timeout=300)
-    assert client.returncode == 9, out[-3000:]
-    doc = json.loads(out[out.index("{"):])
-    assert doc["ok"] is False and "failed" in doc["error"], doc
+    try:
+        deadline, killed = time.monotonic() + 300, None
+        while time.monotonic() < deadline and killed is None and client.poll() is None:
+            for rec in host.running():
+                if _healthy(int(rec["port"])):       # serving: let the warm-up and the run begin
+                    time.sleep(8)
+                    os.killpg(int(rec["pgid"]), signal.SIGKILL)
+                    killed = rec
+            time.sleep(1)
+        assert killed is not None, "the bench's server never became healthy"
+        out, err = client.communicate(timeout=300)
+    finally:
+        if client.poll() is None:
+            client.kill()
+            client.communicate(timeout=60)
+    assert client.returncode == 9, (out + err)[-3000:]
+    doc = json.loads(out)
+    assert doc["ok"] is False and doc["exit_code"] == 9, doc
+    assert "failed" in doc["error"] and killed["name"] in doc["error"], doc["error"][-2000:]
     assert not host.running()

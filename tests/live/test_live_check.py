@@ -96,8 +96,8 @@ def test_ctrl_c_during_l2_stops_the_server(host: SshHost, live_models) -> None:
     rec = host.wait_for_record()
     time.sleep(3)                                  # the server is loading
     client.send_signal(signal.SIGINT)
-    out, _ = client.communicate(timeout=180)
-    assert client.returncode == 130, out[-3000:]
+    out, err = client.communicate(timeout=180)
+    assert client.returncode == 130, (out + err)[-3000:]
     assert not host.running(), f"server {rec['name']} still runs after Ctrl-C"
 
 

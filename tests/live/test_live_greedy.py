@@ -33,6 +33,19 @@ def test_speculative_tokens_equal_target_alone(greedy_runs, fixture_name: str, a
             assert g.meta.get("spec_verify_ct", 0) >= 1, g.meta
 
 
+def test_budget_schedule_follows_the_shrinking_batch(greedy_runs) -> None:
+    """Budget by batch (16 nodes alone, 8 from 2 requests, 3 from 4): five requests of different
+    lengths at once, so the running batch shrinks 5 -> 1 and the tree widens as it does; every
+    token equals the target's."""
+    base, run = greedy_runs["trained"]["target"], greedy_runs["trained"]["ddtree-b4-sched"]
+    assert run.ok, f"{run.error}\n{run.log[-3000:]}"
+    problems = ls.token_mismatches(base, run, "ragged")
+    assert not problems, "\n".join(problems)
+    got = [len(g.output_ids) for g in run.phases["ragged"]]
+    from tests.live.matrix import RAGGED_LENGTHS
+    assert got == list(RAGGED_LENGTHS), got
+
+
 def test_trained_regime_trees_accept_more_than_the_chain(greedy_runs) -> None:
     """The trained fixture exists so that trees have something to find: at the same block,
     DDTREE with a budget above B - 1 commits more tokens per verify than DFLASH's chain."""

@@ -21,11 +21,12 @@ DRIVER = live_env.LIVE_DIR / "engine_driver.py"
 
 @dataclass(frozen=True)
 class Phase:
-    """Prompts sent one at a time (``batch=False``) or as one batched generate call."""
+    """Prompts sent one at a time (``batch=False``) or as one batched generate call; ``sampling``
+    is one dict for all, or a list of one per prompt."""
 
     name: str
     prompts: tuple[str, ...]
-    sampling: dict
+    sampling: dict | list[dict]
     batch: bool = False
 
     def to_job(self) -> dict:

@@ -76,6 +76,20 @@ def test_captured_verify_width_check():
         Wk.check_captured_verify_width(Runner(), 17)
 
 
+def test_a_schedule_of_several_widths_is_refused_with_cuda_graphs():
+    from patchsets.ddtree.modules.ddtree_budget import parse_schedule
+
+    class Runner:
+        captured_req_width = 17
+
+    several = parse_schedule("1:16,4:3", floor=3, ceiling=16)
+    Wk.check_schedule_without_graphs(several, None)              # eager: fine
+    Wk.check_schedule_without_graphs(None, Runner())              # no schedule: fine
+    Wk.check_schedule_without_graphs(parse_schedule("1:99", floor=3, ceiling=16), Runner())  # one width
+    with pytest.raises(ValueError, match="--disable-cuda-graph"):
+        Wk.check_schedule_without_graphs(several, Runner())
+
+
 def test_start_up_checks_read_only_what_sglang_has_built_by_then():
     """SGLang 0.5.23 builds the draft worker before the attention backends and the CUDA graphs:
     the constructor must not read them (revision 2 did, and every DDTREE server start failed);

@@ -77,7 +77,7 @@ PATCHED_MODULES = (
 
 # Installed by revision 2 into sglang/srt/speculative/ (patchset.yaml new_files).
 DDTREE_MODULES = ("ddtree_reference", "ddtree_tree", "ddtree_accept", "ddtree_kernels",
-                  "ddtree_info", "ddtree_worker")
+                  "ddtree_info", "ddtree_budget", "ddtree_worker")
 
 DEFAULT_BUDGET = 256
 # A dense target and a hybrid (GDN) one, by architecture name as in the checkpoints' config.json.

@@ -47,6 +47,7 @@ from typing import Any, Callable, Optional
 
 import torch
 
+from .ddtree_budget import BudgetSchedule, load_schedule
 from .ddtree_info import (
     DDTreeSizes,
     TopKCandidates,
@@ -69,6 +70,7 @@ __all__ = [
     "check_draft_head",
     "check_lm_head",
     "check_captured_verify_width",
+    "check_schedule_without_graphs",
     "draft_head_topk",
     "draft_head_logits",
     "DDTreeWorker",
@@ -165,6 +167,21 @@ def check_captured_verify_width(graph_runner: Any, verify_width: int) -> None:
             f"tree verify is budget + 1 = {verify_width}: revision 2 or later of the sglpatch "
             "ddtree patchset (spec_info.py, decode_cuda_graph_runner.py) is missing. Run "
             "`sglpatch apply ddtree`, or serve with --disable-cuda-graph."
+        )
+
+
+def check_schedule_without_graphs(schedule: Optional[BudgetSchedule], graph_runner: Any) -> None:
+    """Refuse a budget schedule whose widths differ from the one the target's decode CUDA graphs
+    were captured at (this revision captures one verify width). Raises ValueError."""
+    if schedule is None or graph_runner is None:
+        return
+    widths = schedule.budgets()
+    if widths != [schedule.ceiling]:
+        raise ValueError(
+            "DDTREE --speculative-ddtree-budget-schedule gives budgets "
+            f"{widths}, but the target's decode CUDA graphs are captured at one verify width "
+            f"(budget {schedule.ceiling} + 1) in this revision of the sglpatch ddtree patchset. "
+            "Serve with --disable-cuda-graph, or without the schedule."
         )
 
 
@@ -310,6 +327,12 @@ class DDTreeWorker(_WorkerBase):  # type: ignore[misc,valid-type]
         self._tp_size = tp_size
         self.ddtree_sizes = sizes
         self._ddtree_positions_buf: Optional[torch.Tensor] = None
+        schedule_text = getattr(get_spec(), "speculative_ddtree_budget_schedule", None)
+        self.budget_schedule: Optional[BudgetSchedule] = (
+            load_schedule(str(schedule_text), floor=max(1, sizes.block_size - 1), ceiling=sizes.budget)
+            if schedule_text
+            else None
+        )
 
     # -- start-up checks that need what SGLang builds after the worker ------------------------
     def init_attention_backends(self):
@@ -328,7 +351,7 @@ class DDTreeWorker(_WorkerBase):  # type: ignore[misc,valid-type]
             sizes = self.ddtree_sizes
             logger.info(
                 "DDTREE worker ready: block=%d budget=%d topk=%d verify_width=%d window=%d "
-                "reserve=%d backend=%s tp=%d",
+                "reserve=%d backend=%s tp=%d budget_schedule=%s",
                 sizes.block_size,
                 sizes.budget,
                 sizes.topk,
@@ -337,6 +360,7 @@ class DDTreeWorker(_WorkerBase):  # type: ignore[misc,valid-type]
                 sizes.kv_reserve,
                 type(backend).__name__,
                 self._tp_size,
+                self.budget_schedule.text() if self.budget_schedule else "none",
             )
 
     def init_cuda_graphs(self):
@@ -346,10 +370,9 @@ class DDTreeWorker(_WorkerBase):  # type: ignore[misc,valid-type]
         Raises RuntimeError when they were captured narrower or wider than budget + 1.
         """
         super().init_cuda_graphs()
-        check_captured_verify_width(
-            getattr(self.target_worker.model_runner, "decode_cuda_graph_runner", None),
-            self.ddtree_sizes.verify_width,
-        )
+        graph_runner = getattr(self.target_worker.model_runner, "decode_cuda_graph_runner", None)
+        check_captured_verify_width(graph_runner, self.ddtree_sizes.verify_width)
+        check_schedule_without_graphs(self.budget_schedule, graph_runner)
 
     # -- DFlash hooks -----------------------------------------------------------------------
     def _maybe_build_draft_sampler(self):
@@ -373,6 +396,18 @@ class DDTreeWorker(_WorkerBase):  # type: ignore[misc,valid-type]
         return self._ddtree_decode_step(batch, on_publish=on_publish, grammar_barrier=grammar_barrier)
 
     # -- the decode step --------------------------------------------------------------------
+    def step_sizes(self, batch_size: int) -> DDTreeSizes:
+        """The sizes of a decode step of ``batch_size`` requests: the server's, with the budget
+        the schedule gives for that batch size (top-k unset stays equal to the budget)."""
+        sizes = self.ddtree_sizes
+        if self.budget_schedule is None:
+            return sizes
+        n = self.budget_schedule.budget_for(batch_size)
+        if n == sizes.budget:
+            return sizes
+        topk = n if sizes.topk >= sizes.budget else min(sizes.topk, n)
+        return DDTreeSizes(sizes.block_size, n, topk)
+
     def _positions_buffer(self, n: int) -> torch.Tensor:
         buf = self._ddtree_positions_buf
         if buf is None or buf.numel() < n:
@@ -421,9 +456,12 @@ class DDTreeWorker(_WorkerBase):  # type: ignore[misc,valid-type]
             raise RuntimeError("DDTREE expected DDTreeDraftInputV2 state on the running batch.")
         batch.seq_lens.record_stream(torch.get_device_module(self.device).current_stream())
 
-        sizes = self.ddtree_sizes
-        B, L, N1, W = sizes.block_size, sizes.draft_depth, sizes.verify_width, sizes.window_width
         bs = len(batch.seq_lens)
+        # the server's sizes fix the window W (KV reserved per request); the step's budget may be
+        # smaller, from the budget schedule for this batch size (eager verify only)
+        W = self.ddtree_sizes.window_width
+        sizes = self.step_sizes(bs)
+        B, L, N1 = sizes.block_size, sizes.draft_depth, sizes.verify_width
         device = self.device
         prefix_lens = batch.seq_lens
         req_to_token = self.model_runner.req_to_token_pool.req_to_token
