@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import click
@@ -42,6 +43,11 @@ class AppContext:
                     raise
                 return None
         return self._inventories[skip_bad_hosts]
+
+    def inventory_path(self) -> Path | None:
+        """The inventory file in use (None when there is none: the embedded default)."""
+        inv = self.inventory(required=False, skip_bad_hosts=True)
+        return Path(inv.path) if inv is not None and inv.path else None
 
     def _warn_skipped(self, inv: Inventory, name: str) -> None:
         others = sorted(n for n in inv.invalid if n != name)

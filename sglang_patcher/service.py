@@ -22,8 +22,10 @@ from .checks import CheckReport, CheckResult, run_checks
 from .errors import CheckFailedError, ConfigError, DriftError, SglpatchError, StateError
 from .inventory import Host
 from .patchset import Patchset, load_patchset
-from .serve.check import HostCheck, load_prompts, run_serving_levels
-from .serve.bench import Arm as BenchArm, BenchRun, last_comparable, plot, run_bench, store
+from .serve.check import CheckRun, load_prompts, run_serving_levels
+from .inventory_edit import set_host_value
+from .serve.bench import Arm as BenchArm, BenchRun, choose_schedule, last_comparable, plot, run_bench, schedule_text, store
+from .serve.profile import ServeProfile
 from .serve.gate import Gate
 from .serve.server import list_servers, stop_server
 from .state import sglpatch_home
@@ -653,14 +655,14 @@ def refresh_patchset(name: str, version: str, *, tree: Path | None = None, unver
 # ------------------------------------------------------------------------------------ check
 
 def check_host(host: Host, *, level: int | None = None, prompts: str | Path | None = None,
-               stop_leftovers: bool = False, log: Log = _quiet) -> HostCheck:
+               stop_leftovers: bool = False, log: Log = _quiet) -> CheckRun:
     """``sglpatch check``: levels 0-1 (the active patchset's smoke checks on the host's files) and,
     with a serve profile, 2 (the patched server starts and answers) and 3 (greedy tokens of
     DFLASH and DDTREE equal the target alone's).
 
     ``level`` defaults to the highest the host's profile allows (3 with a draft model, 2 with a
     model, else 1). Raises ConfigError (a level the profile cannot run, a bad prompts file),
-    TransportError; a failed check is a result (``HostCheck.passed``), not an exception.
+    TransportError; a failed check is a result (``CheckRun.passed``), not an exception.
     """
     most = host.serve.max_level() if host.serve is not None else 1
     level = most if level is None else level
@@ -668,7 +670,8 @@ def check_host(host: Host, *, level: int | None = None, prompts: str | Path | No
         why = ("it has no serve profile (`serve:` with model and draft_model)" if host.serve is None
                else "its serve profile has no draft_model")
         raise ConfigError(f"host {host.name} cannot be checked at level {level}: {why}",
-                          hint=f"use --level {most}, or add them to {host.name} in the inventory")
+                          hint=f"use --level {most}, or add them under `serve:` for {host.name} in the "
+                               "inventory (the repository's hosts.yaml shows one for ct200)")
     texts = load_prompts(prompts) if level >= 2 else []
     with _session(host) as (transport, info):
         if level >= 2:
@@ -690,7 +693,7 @@ def check_host(host: Host, *, level: int | None = None, prompts: str | Path | No
                                              "no active sglpatch deployment on this host"))
         if level >= 2:
             return run_serving_levels(transport, host, info, report, level, texts, progress=log)
-        return HostCheck(report, level)
+        return CheckRun(report, level)
 
 
 # ------------------------------------------------------------------------------------ bench
@@ -699,13 +702,17 @@ def bench_host(host: Host, *, arms: Sequence[str] = ("none", "DFLASH", "DDTREE")
                concurrency: Sequence[int] | None = None, budgets: Sequence[int] | None = None,
                requests: int | None = None, max_new_tokens: int | None = None,
                prompts: str | Path | None = None, rounds: int = 1, compare: bool = False,
-               plot_path: Path | None = None, store_run: bool = True, home: Path | None = None,
+               plot_path: Path | None = None, store_run: bool = True, sweep: bool = False,
+               inventory_path: Path | None = None, home: Path | None = None,
                log: Log = _quiet) -> BenchRun:
     """``sglpatch bench``: output tokens/s, time per output token and accept length of ``arms``
     (``none``, ``DFLASH``, ``DDTREE`` at each of ``budgets``) at each ``concurrency``, measured
     side by side on the host (defaults from the host's ``serve.bench`` profile). The run is stored
     in the local history; ``compare`` attaches the last comparable run; ``plot_path`` draws tokens/s
-    against concurrency.
+    against concurrency. ``sweep``: DDTREE at every budget (DFLASH beside it), then the fastest
+    budget per concurrency becomes the host's ``serve.ddtree.budget_schedule`` in
+    ``inventory_path`` (comments kept) — when the profile serves without CUDA graphs, which this
+    patchset revision needs for several widths; otherwise the schedule is only shown.
 
     Raises ConfigError (no serve profile, no draft model for a speculative arm), ServerError
     (exit 9: a server did not start, or failed or died during the run), TransportError.
@@ -742,4 +749,103 @@ def bench_host(host: Host, *, arms: Sequence[str] = ("none", "DFLASH", "DDTREE")
             plot(run, plot_path)
         except ImportError:
             log("no plot: matplotlib is not installed (pip install matplotlib)")
+    if sweep:
+        _write_sweep(run, host, profile, inventory_path)
     return run
+
+
+def _write_sweep(run: BenchRun, host: Host, profile: ServeProfile, inventory_path: Path | None) -> None:
+    entries = choose_schedule(run)
+    run.schedule = schedule_text(entries)
+    if not entries:
+        return
+    if "--disable-cuda-graph" not in profile.args:
+        run.schedule_written = (f"not written to {host.name}'s profile: this ddtree revision applies a "
+                                "schedule of several budgets only with --disable-cuda-graph (its CUDA "
+                                "graphs are captured at one width); set serve.ddtree.budget_schedule "
+                                "yourself once it does")
+        return
+    if inventory_path is None or not Path(inventory_path).is_file():
+        run.schedule_written = f"not written: {host.name} comes from no inventory file"
+        return
+    top = max(n for _, n in entries)
+    set_host_value(Path(inventory_path), host.name, ["serve", "ddtree", "budget_schedule"], run.schedule)
+    if top > profile.ddtree.budget:
+        set_host_value(Path(inventory_path), host.name, ["serve", "ddtree", "budget"], top)
+    run.schedule_written = (f"written to {inventory_path}: hosts.{host.name}.serve.ddtree.budget_schedule"
+                            f" = {run.schedule!r} (DDTREE starts pass --speculative-ddtree-budget-schedule)")
+
+
+# ------------------------------------------------------------------------------------ port
+
+def port_patchset(name: str, from_version: str, to_version: str, *, check: bool = False,
+                  out: Path | None = None, partial: bool = False, home: Path | None = None,
+                  log: Log = _quiet) -> Any:
+    """``sglpatch patchset port``: carry ``name``'s series for ``from_version`` to ``to_version``
+    (both pristine trees from their PyPI wheels; :mod:`sglang_patcher.port` says how).
+
+    Where it writes: ``check`` — nothing but, with ``out``, the conflicted files and the report;
+    ``out`` — a copy of the patchset at ``out/<name>/`` gets the port (the patchset itself is not
+    touched), conflicted files under ``out/conflicts/sglang-<to>/``, the report at
+    ``out/report-sglang-<to>.json``; neither — the patchset itself, conflicted files under
+    ``$SGLPATCH_HOME/port/<name>/sglang-<to>/``. The target goes into ``patchset.yaml`` only when
+    every hunk carried, or with ``partial``. Returns the :class:`~sglang_patcher.port.PortResult`
+    (what did not carry is in it, not raised). Raises UnsupportedVersionError (no target
+    ``from_version``), ConfigError (``to_version`` already a target, ``out/<name>`` exists),
+    PatchsetError (the ``from`` target does not render on its wheel, a release not on PyPI)."""
+    from .port import port_series, save_report, write_conflicts, write_port
+    from .wheelcache import pristine_tree
+
+    ps = load_patchset(name)
+    ps.target(from_version)
+    if from_version == to_version:
+        raise ConfigError(f"--from and --to are both {from_version}", hint="port to another release")
+    if partial and check:
+        raise ConfigError("--check writes nothing, so --partial has nothing to do", hint="drop one of them")
+    if not check:
+        if to_version in ps.versions:
+            raise ConfigError(f"patchset {ps.name} already has a target {to_version}",
+                              hint=f"`--check` only reports how the port goes; to port again, remove "
+                                   f"targets.{to_version} and its series first")
+        if out is None and "@" in name:
+            raise ConfigError(f"{name} is a frozen earlier revision: a port is not written into history",
+                              hint="port it into a scratch copy with --out DIR")
+    dest = Path(out) / ps.name if out is not None else None
+    if dest is not None and not check and dest.exists():
+        raise ConfigError(f"{dest} exists: --out makes a fresh copy of the patchset there",
+                          hint="give another directory, or port that copy in place: "
+                               f"`sglpatch patchset port {dest} --from {from_version} --to {to_version}`")
+    t0 = time.monotonic()
+    log(f"pristine trees: sglang=={from_version} and sglang=={to_version} from their PyPI wheels "
+        "(downloaded once, then cached)")
+    old = pristine_tree(from_version, home=home, log=log)
+    new = pristine_tree(to_version, home=home, log=log)
+    tree_seconds = time.monotonic() - t0
+    result = port_series(ps, from_version, to_version, old.read, new.read,
+                         old_paths=old.manifest.files, new_paths=new.manifest.files)
+    result.tree_seconds = tree_seconds
+    if check:
+        result.mode = "check"
+        result.written = {"patchset_yaml": None, "reason": "--check writes nothing"}
+    elif dest is not None:
+        import shutil
+
+        result.mode = "out"
+        shutil.copytree(ps.root, dest, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+        result.written = write_port(result, dest, new.read, partial=partial)
+        result.written["copy"] = str(dest)
+    else:
+        result.mode = "in_place"
+        result.written = write_port(result, ps.root, new.read, partial=partial)
+    if out is not None:
+        where = write_conflicts(result, Path(out) / "conflicts" / f"sglang-{to_version}")
+        result.written["report"] = str(Path(out) / f"report-sglang-{to_version}.json")
+    elif not check:
+        where = write_conflicts(result, (home or sglpatch_home()) / "port" / ps.name / f"sglang-{to_version}")
+    else:
+        where = None
+    if where is not None:
+        result.written["conflicts_dir"] = str(where)
+    if out is not None:
+        save_report(result, Path(result.written["report"]))
+    return result

@@ -28,7 +28,7 @@ from ..inventory import Host
 from ..state import sglpatch_home
 from ..transport.base import Transport
 from .profile import DDTreeSettings, ServeProfile
-from .server import Progress, RemoteServer, ServerError, launch_argv
+from .server import Progress, RemoteServer, launch_argv
 
 HISTORY = "bench/history.jsonl"
 
@@ -88,6 +88,8 @@ class BenchRun:
     history: str | None = None
     plot: str | None = None
     previous: dict[str, Any] | None = None      # the last comparable run (for --compare)
+    schedule: str | None = None                 # --sweep: the budget schedule chosen
+    schedule_written: str | None = None         # where it was written, or why not
 
     def setup_key(self) -> dict[str, Any]:
         """What must match for two runs to be compared."""
@@ -136,6 +138,11 @@ class BenchRun:
             parts.append(Text(f"stored in {self.history}"))
         if self.plot:
             parts.append(Text(f"plot: {self.plot}"))
+        if self.schedule is not None:
+            parts.append(Text(f"budget schedule (the fastest DDTREE budget per concurrency): "
+                              f"{self.schedule or 'none: no DDTREE row'}", style="bold"))
+        if self.schedule_written:
+            parts.append(Text(self.schedule_written))
         return Group(*parts)
 
 
@@ -184,9 +191,7 @@ def measure_arm(transport: Transport, host: Host, info: HostInfo, profile: Serve
             results, wall = server.stream(requests_for(prompts, requests, max_new_tokens), c)
             failed = [r for r in results if "error" in r]
             if failed:
-                raise ServerError(f"{host.name}: {len(failed)} of {len(results)} requests to {arm.label} "
-                                  f"failed at concurrency {c}: {failed[0]['error'][:300]}",
-                                  log_tail=server.log_tail())
+                raise server.request_failure(f"{arm.label} requests at concurrency {c}", failed, len(results))
             out.append((c, results, wall))
     return out
 
@@ -287,3 +292,27 @@ def plot(run: BenchRun, path: Path) -> Path:
     plt.close(fig)
     run.plot = str(path)
     return path
+
+
+# ------------------------------------------------------------------------------------ sweep
+
+def choose_schedule(run: BenchRun) -> list[tuple[int, int]]:
+    """For each measured concurrency, the DDTREE budget with the highest output tokens/s (ties:
+    the smaller budget), as (batch size, budget) entries of a budget schedule; consecutive
+    concurrencies with the same winner share one entry, and the first entry starts at 1 (the
+    running batch size is taken to be the concurrency). [] without DDTREE rows."""
+    entries: list[tuple[int, int]] = []
+    for c in sorted({r.concurrency for r in run.rows}):
+        rows = [r for r in run.rows if r.algorithm == "DDTREE" and r.concurrency == c and r.budget]
+        if not rows:
+            continue
+        best = max(rows, key=lambda r: (r.tok_s, -int(r.budget or 0)))
+        if not entries or entries[-1][1] != best.budget:
+            entries.append((c, int(best.budget or 0)))
+    if entries:
+        entries[0] = (1, entries[0][1])
+    return entries
+
+
+def schedule_text(entries: list[tuple[int, int]]) -> str:
+    return ",".join(f"{bs}:{n}" for bs, n in entries)

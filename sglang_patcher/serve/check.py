@@ -210,7 +210,7 @@ def run_l3(make: ServerFactory, profile: ServeProfile, prompts: Sequence[str]) -
 
 
 @dataclass
-class HostCheck:
+class CheckRun:
     """The outcome of ``sglpatch check`` on one host: the report (all levels) and L3's arms."""
 
     report: CheckReport
@@ -232,7 +232,7 @@ class HostCheck:
 
 
 def run_serving_levels(transport: Transport, host: Host, info: HostInfo, report: CheckReport,
-                       level: int, prompts: Sequence[str], progress: Progress | None = None) -> HostCheck:
+                       level: int, prompts: Sequence[str], progress: Progress | None = None) -> CheckRun:
     """Add L2 (level >= 2) and L3 (level 3) to ``report``. Raises ConfigError when the host has no
     serve profile."""
     profile = host.serve
@@ -241,7 +241,7 @@ def run_serving_levels(transport: Transport, host: Host, info: HostInfo, report:
                           hint=f"add `serve:` (model, draft_model, args...) to {host.name} in the "
                                "inventory, or use --level 1")
     make = server_factory(transport, host, info, profile, progress)
-    out = HostCheck(report, level)
+    out = CheckRun(report, level)
     t0 = time.monotonic()
     if level == 2 or not profile.draft_model:
         report.checks += run_l2(make, profile, prompts[0])

@@ -11,6 +11,7 @@ Example (a GPU host)::
       port: 30000-30010                             # one port, or a range to take the first free
       start_timeout: 900                            # seconds until /health must answer
       ddtree: {budget: 64, topk: null}              # the DDTREE arguments of checks and bench
+                                                    #   (budget_schedule: "1:64,4:16", from bench --sweep)
       max_new_tokens: 32                            # per prompt in `check --level 2/3`
       bench: {concurrency: [1, 4, 16, 64], requests: 64, max_new_tokens: 256}
 
@@ -25,6 +26,7 @@ import re
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 _PORTS = re.compile(r"^\s*(\d+)\s*(?:-\s*(\d+)\s*)?$")
+_SCHEDULE_ENTRY = re.compile(r"^\s*[1-9]\d*\s*:\s*[1-9]\d*\s*$")
 ALGORITHMS = ("none", "DFLASH", "DDTREE")
 
 
@@ -35,11 +37,25 @@ class DDTreeSettings(BaseModel):
 
     budget: int = Field(default=64, ge=1)
     topk: int | None = Field(default=None, ge=1)
+    # budget by running batch size, "BATCH:BUDGET,..." (written by `sglpatch bench --sweep`)
+    budget_schedule: str | None = None
+
+    @field_validator("budget_schedule")
+    @classmethod
+    def _schedule(cls, v: str | None) -> str | None:
+        if v is None:
+            return v
+        pairs = [p for p in v.split(",") if p.strip()]
+        if not pairs or not all(_SCHEDULE_ENTRY.match(p) for p in pairs):
+            raise ValueError(f"budget_schedule must be BATCH:BUDGET pairs like '1:64,4:16', got {v!r}")
+        return ",".join(p.strip().replace(" ", "") for p in pairs)
 
     def flags(self) -> list[str]:
         out = ["--speculative-ddtree-budget", str(self.budget)]
         if self.topk is not None:
             out += ["--speculative-ddtree-topk", str(self.topk)]
+        if self.budget_schedule:
+            out += ["--speculative-ddtree-budget-schedule", self.budget_schedule]
         return out
 
 

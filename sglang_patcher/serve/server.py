@@ -32,7 +32,7 @@ class ServerError(CheckFailedError):
 
     def __init__(self, message: str, *, log_tail: str = "", hint: str | None = None):
         tail = "\n".join(log_tail.strip().splitlines()[-25:])
-        super().__init__(message + (f"\n  server log (last lines):\n    " + tail.replace("\n", "\n    ")
+        super().__init__(message + ("\n  server log (last lines):\n    " + tail.replace("\n", "\n    ")
                                     if tail else ""), hint=hint)
         self.log_tail = log_tail
 
@@ -177,6 +177,21 @@ class RemoteServer:
         finally:
             self.pid = None
 
+    def alive(self) -> bool:
+        """Whether the server's process still runs."""
+        ans = self._call("poll", {"name": self.name, "servers_dir": self._dir, "timeout_s": 2,
+                                  "tail_bytes": 0})
+        return bool(ans.get("alive", False))
+
+    def request_failure(self, what: str, bad: Sequence[dict[str, Any]], total: int) -> ServerError:
+        """The error for ``bad`` failed requests of ``total`` (``what``: which requests), saying
+        whether the server died, with its log tail."""
+        died = not self.alive()
+        return ServerError(f"{self.host.name}: {len(bad)} of {total} {what} to {self.name} failed"
+                           + (" — the server died during the run" if died else "")
+                           + f": {str(bad[0].get('error', ''))[:300]}", log_tail=self.log_tail(),
+                           hint=f"the whole log is {self.log} on {self.host.name}")
+
     # -- requests ---------------------------------------------------------------------------
     def generate(self, requests: Sequence[dict[str, Any]], concurrency: int = 1,
                  timeout: float = 1800) -> list[dict[str, Any]]:
@@ -188,8 +203,7 @@ class RemoteServer:
         results = list(ans.get("results", []))
         bad = [r for r in results if "error" in r]
         if bad:
-            raise ServerError(f"{self.host.name}: {len(bad)} of {len(results)} requests to "
-                              f"{self.name} failed: {bad[0]['error'][:300]}", log_tail=self.log_tail())
+            raise self.request_failure("requests", bad, len(results))
         return results
 
     def stream(self, requests: Sequence[dict[str, Any]], concurrency: int,

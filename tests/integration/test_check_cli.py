@@ -1,0 +1,50 @@
+"""``sglpatch check`` levels 0-1 through the CLI on the local transport's real sglang 0.5.23 venv
+(no server: levels 2-3 are tested live in tests/live/test_live_check.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.integration.test_cli import run_json, write_hosts
+
+pytestmark = [pytest.mark.sglang]
+
+
+def _hosts(tmp_path, local_target, **extra):
+    from sglang_patcher.inventory import Host
+
+    return ["--hosts", str(write_hosts(tmp_path / "hosts.yaml",
+                                       Host(name="here", transport="local", python=str(local_target), **extra)))]
+
+
+def test_check_without_a_deployment_or_profile(capsys, tmp_path, sglpatch_home, local_target):
+    h = _hosts(tmp_path, local_target)
+    code, data, err = run_json(capsys, *h, "check", "--host", "here")
+    assert code == 0, err
+    assert data["level"] == 1 and data["passed"], data
+    assert [(c["level"], c["status"]) for c in data["checks"]] == [("L0", "skipped")]
+    assert "no active sglpatch deployment" in data["checks"][0]["detail"]
+    assert any("server starts" in line for line in data["not_proven"]), data["not_proven"]
+    code, data, err = run_json(capsys, *h, "check", "--host", "here", "--level", "2")
+    assert code == 2 and "no serve profile" in data["error"] and "serve:" in data["hint"], data
+
+
+def test_check_levels_0_and_1_of_the_deployed_revision(capsys, tmp_path, sglpatch_home, local_target):
+    h = _hosts(tmp_path, local_target)
+    assert run_json(capsys, *h, "apply", "ddtree", "--host", "here", "--yes")[0] == 0
+    code, data, err = run_json(capsys, *h, "check", "--host", "here", "--level", "0")
+    assert code == 0, err
+    assert {c["level"] for c in data["checks"]} == {"L0"}
+    assert all(c["status"] == "passed" for c in data["checks"]), data["checks"]
+    code, data, err = run_json(capsys, *h, "check", "--host", "here")
+    assert code == 0, err
+    levels = {c["level"] for c in data["checks"]}
+    assert levels == {"L0", "L1"}, levels      # L1 skips on this venv (sglang without its deps)
+
+
+def test_a_gate_the_host_cannot_run_is_refused_before_any_write(capsys, tmp_path, sglpatch_home, local_target):
+    h = _hosts(tmp_path, local_target)
+    code, data, err = run_json(capsys, *h, "apply", "ddtree", "--host", "here", "--yes", "--gate", "check:3")
+    assert code == 2 and "cannot run the gate check:3" in data["error"], data
+    code, data, err = run_json(capsys, *h, "status", "--host", "here")
+    assert data["overall"] == "pristine", data
