@@ -20,7 +20,8 @@ from .errors import (ApplyError, CheckFailedError, ConfigError, DeployError, Dis
 from .inventory import Host, Inventory, load_inventory
 from .manifest import FileEntry, Manifest, read_record
 from .mirror import Mirror, SnapshotResult, snapshot
-from .patchset import Patchset, load_patchset, refresh_hashes
+from .patchset import Patchset, add_target, load_patchset, refresh_hashes
+from .port import PortResult, port_series
 from .transport import CommandResult, LocalTransport, Transport, connect
 from .wheelcache import WheelTree, pristine_tree
 
@@ -33,8 +34,8 @@ __all__ = [
     "HostInfo", "discover", "Mirror", "SnapshotResult", "snapshot", "FileEntry", "Manifest",
     "read_record", "WheelTree", "pristine_tree",
     # patchsets and the strict applier
-    "Patchset", "load_patchset", "refresh_hashes", "ApplyResult", "FileChange", "HunkReport",
-    "apply_patch", "apply_series",
+    "Patchset", "load_patchset", "refresh_hashes", "add_target", "ApplyResult", "FileChange", "HunkReport",
+    "apply_patch", "apply_series", "PortResult", "port_series",
     # deployment
     "DeployPlan", "DeployResult", "RollbackResult", "StatusReport", "apply_to_host", "plan_apply",
     "host_status", "rollback_host", "CheckReport", "CheckResult", "run_checks",

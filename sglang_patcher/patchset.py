@@ -35,6 +35,8 @@ package (shipped as package data). A path (anything with a ``/`` or an existing 
 Maintainer step after changing a series: ``sglpatch patchset refresh DIR --sglang VERSION``
 recomputes ``pristine``/``expected`` for VERSION from the PyPI wheel (``wheelcache``) and rewrites only
 those two mappings in ``patchset.yaml`` (comments and the rest of the file are kept).
+``add_target`` adds a whole target (series, new_files) after the last one and pins it the same way
+(``sglpatch patchset port`` writes a ported target with it).
 """
 
 from __future__ import annotations
@@ -57,7 +59,7 @@ from .errors import ConfigError, PatchsetError, UnsupportedVersionError
 from .manifest import sha256_bytes
 
 __all__ = ["Target", "Checks", "PatchsetSpec", "Patchset", "load_patchset", "available_patchsets",
-           "refresh_hashes", "default_search_path", "FILE_STATES"]
+           "refresh_hashes", "add_target", "default_search_path", "FILE_STATES"]
 
 Reader = Callable[[str], "bytes | None"]
 
@@ -676,3 +678,56 @@ def refresh_hashes(patchset_dir: str | os.PathLike, version: str, read: Reader) 
     merged = [f"{h.patch}: {h.path}" + (f" hunk {h.index} {h.header}" if h.index else f" ({h.header})")
               for h in result.hunks if h.status == "already_applied"]
     return {"pristine": pristine, "expected": expected, "already_applied": merged}
+
+
+def _target_block(version: str, key_indent: int, inner: int, series: list[str], new_files: dict[str, str],
+                  comment: str | None) -> str:
+    pad, item = " " * inner, " " * (inner + 2)
+    rows = [" " * key_indent + json.dumps(version) + ":" + (f"  # {comment}" if comment else "")]
+    rows.append(pad + "series:" + ("" if series else " []"))
+    rows += [f"{item}- {_scalar(s)}" for s in series]
+    rows.append(pad + "new_files:" + ("" if new_files else " {}"))
+    rows += [f"{item}{_scalar(d)}: {_scalar(s)}" for d, s in sorted(new_files.items())]
+    return "\n".join(rows)
+
+
+def add_target(patchset_dir: str | os.PathLike, version: str, series: list[str], new_files: dict[str, str],
+               read: Reader, *, comment: str | None = None) -> dict[str, dict[str, str | None]]:
+    """Add the target ``version`` (its ``series`` and ``new_files``, both relative to the patchset) to
+    ``patchset.yaml`` after the last target, then pin it with :func:`refresh_hashes` from ``read``
+    (the release's pristine tree). ``comment`` goes on the target's key line. Comments and every
+    other key are kept. Refuses a version the patchset already targets (:class:`ConfigError`);
+    when pinning fails (the series does not apply to ``read``'s tree) ``patchset.yaml`` is put back
+    as it was and the error raised. Returns what :func:`refresh_hashes` returns."""
+    root = Path(patchset_dir)
+    ps = _load_dir(root, origin=str(root))
+    if version in ps.spec.targets:
+        raise ConfigError(f"{ps.yaml_path}: patchset {ps.name} already has a target {version}",
+                          hint=f"remove targets.{version} (and its series) first to make it again")
+    text = ps.yaml_path.read_text(encoding="utf-8")
+    node = yaml.compose(text)
+    targets = next(v for k, v in node.value if k.value == "targets")
+    if targets.flow_style:
+        raise ConfigError(f"{ps.yaml_path}: targets is written in flow style ({{...}}); write it as a block "
+                          "mapping so a target can be added")
+    last_key, last_value = targets.value[-1]
+    key_indent = last_key.start_mark.column
+    inner = (last_value.value[0][0].start_mark.column
+             if isinstance(last_value, yaml.MappingNode) and last_value.value and not last_value.flow_style
+             else key_indent + 2)
+    pos = _end(last_value)
+    new_text = (text[:pos] + "\n" + _target_block(version, key_indent, inner, series, new_files, comment)
+                + text[pos:])
+    check = yaml.safe_load(new_text)["targets"].get(version) or {}
+    if (check.get("series") or []) != list(series) or (check.get("new_files") or {}) != dict(new_files):
+        raise ConfigError(f"{ps.yaml_path}: could not add target {version} safely; add it by hand",
+                          hint=json.dumps({"series": list(series), "new_files": dict(new_files)}, indent=1))
+    tmp = ps.yaml_path.with_name(ps.yaml_path.name + ".tmp")
+    tmp.write_text(new_text, encoding="utf-8")
+    tmp.replace(ps.yaml_path)
+    try:
+        return refresh_hashes(root, version, read)
+    except BaseException:
+        tmp.write_text(text, encoding="utf-8")
+        tmp.replace(ps.yaml_path)
+        raise
