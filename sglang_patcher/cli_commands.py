@@ -310,3 +310,59 @@ def bench_cmd(app: AppContext, host_name: str, concurrency: str | None, budgets:
                              rounds=rounds, compare=compare, plot_path=plot_path, sweep=sweep,
                              inventory_path=app.inventory_path(), log=app.say)
     app.result(run)
+
+
+@patchset_group.command("port")
+@click.argument("patchset")
+@click.option("--from", "from_version", required=True, metavar="VERSION", help="The release the patchset targets.")
+@click.option("--to", "to_version", required=True, metavar="VERSION", help="The release to carry it to.")
+@click.option("--check", is_flag=True,
+              help="Write nothing (with --out: only the conflicted files and the report); for CI.")
+@click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=None, metavar="DIR",
+              help="Port into a copy of the patchset at DIR/NAME (the patchset is not touched); "
+                   "conflicted files under DIR/conflicts/, the report in DIR.")
+@click.option("--partial", is_flag=True,
+              help="Write the target even when hunks conflict or vanished (they are left out; it says so).")
+@pass_app
+def patchset_port_cmd(app: AppContext, patchset: str, from_version: str, to_version: str, check: bool,
+                      out: Path | None, partial: bool) -> None:
+    """Carry PATCHSET's series from one SGLang release to another: per hunk strict first, then a
+    three-way merge; report each hunk (as is, offset, merged, conflict) and each file that vanished
+    or moved. Writes the new target (series, new_files, pins) only when everything carried, or with
+    --partial. Exit 4 naming the hunks that did not carry."""
+    from .errors import ApplyError
+
+    result = service.port_patchset(patchset, from_version, to_version, check=check, out=out,
+                                   partial=partial, log=app.say)
+    said = result.failure()
+    where = result.written.get("conflicts_dir")
+    hint = ((f"resolve the conflicted files under {where}" if where else
+             "--out DIR writes the conflicted files (three-way merges with markers) for you to resolve")
+            + ("; --partial writes the target without what did not carry" if not partial and not check else ""))
+    if app.as_json:
+        data = result.to_json()
+        if said:
+            data.update(ok=False, exit_code=ApplyError.exit_code, error=said, type="ApplyError", hint=hint)
+        app.result(data)
+        if said:
+            raise click.exceptions.Exit(ApplyError.exit_code)
+        return
+    app.result(result)
+    if said:
+        raise ApplyError(said, hint=hint)
+
+
+@patchset_group.command("list")
+@pass_app
+def patchset_list_cmd(app: AppContext) -> None:
+    """List the patchsets here: revision, SGLang releases, earlier and withdrawn revisions."""
+    app.result(service.list_patchsets())
+
+
+@patchset_group.command("show")
+@click.argument("patchset")
+@pass_app
+def patchset_show_cmd(app: AppContext, patchset: str) -> None:
+    """Show PATCHSET (NAME, NAME@REVISION or a patchset directory): its revisions (withdrawn ones
+    and why), and per SGLang release the series, the files it modifies, adds and deletes, and its checks."""
+    app.result(service.show_patchset(patchset))
