@@ -18,6 +18,7 @@ from rich.table import Table
 from rich.text import Text
 
 from . import deploy, discovery, mirror
+from .catalog import list_patchsets, show_patchset  # noqa: F401  (sglpatch patchset list / show)
 from .checks import CheckReport, CheckResult, run_checks
 from .errors import CheckFailedError, ConfigError, DriftError, SglpatchError, StateError
 from .inventory import Host
