@@ -62,8 +62,9 @@ class SshHost:
                               text=True, env=self.env(), timeout=timeout, cwd=REPO)
 
     def popen(self, *args: str) -> subprocess.Popen[str]:
+        """The CLI as a child process; stdout and stderr apart (``communicate()`` returns both)."""
         return subprocess.Popen([sys.executable, "-m", "sglang_patcher", *args], stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT, text=True, env=self.env(), cwd=REPO)
+                                stderr=subprocess.PIPE, text=True, env=self.env(), cwd=REPO)
 
     @property
     def servers_dir(self) -> Path:
