@@ -19,6 +19,7 @@ from rich.console import Console
 from . import __version__
 from .errors import InventoryError
 from .inventory import HOSTS_ENV, Host, Inventory, default_inventory_path, load_inventory
+from .progress import Meter, meter_for
 
 
 @dataclass
@@ -75,6 +76,12 @@ class AppContext:
             return sandbox_host()
         assert inv is not None
         return inv.get(name)  # raises InventoryError listing the known hosts
+
+    @property
+    def meter(self) -> Meter:
+        """Progress of long work (a first snapshot, a wheel download, the sandbox build) on stderr,
+        away from results: rich bars on a terminal, plain lines otherwise."""
+        return meter_for(self.err)
 
     def say(self, renderable: Any = "") -> None:
         """Print for people (suppressed with --json, where only the JSON document goes to stdout)."""

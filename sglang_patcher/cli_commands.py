@@ -48,7 +48,7 @@ def hosts_cmd(app: AppContext, check: bool, tag: str | None) -> None:
 @pass_app
 def snapshot_cmd(app: AppContext, host: str) -> None:
     """Mirror HOST's SGLang install locally with a hashed manifest."""
-    app.result(service.snapshot_host(app.host(host), log=app.say))
+    app.result(service.snapshot_host(app.host(host), log=app.say, meter=app.meter))
 
 
 @cli.command("diff")
@@ -64,7 +64,7 @@ def diff_cmd(app: AppContext, patchset: str, host_name: str | None, version: str
         raise ConfigError("diff needs exactly one of --host HOST or --sglang VERSION",
                           hint="e.g. `sglpatch diff ddtree --sglang 0.5.23`")
     host = app.host(host_name) if host_name else None
-    result = service.diff_patchset(patchset, host=host, version=version, log=app.err.print)
+    result = service.diff_patchset(patchset, host=host, version=version, log=app.err.print, meter=app.meter)
     if app.as_json:
         app.result(result)
     else:  # the summary on stderr, the diff alone on stdout: `sglpatch diff ... > x.patch` is a patch
@@ -107,7 +107,8 @@ def apply_cmd(app: AppContext, patchset: str, host_name: str, dry_run: bool, yes
         return click.confirm(f"Deploy to {host.name}?", default=False)
 
     result = service.apply_patchset(patchset, host, dry_run=dry_run, force=force,
-                                    break_lock=break_lock, confirm=confirm, gates=parsed, log=app.say)
+                                    break_lock=break_lock, confirm=confirm, gates=parsed, log=app.say,
+                                    meter=app.meter)
     if result.status == "aborted":  # declined at the prompt: the plan is on screen already
         app.err.print(f"not deployed: nothing was changed on {host.name}", markup=False)
         raise click.exceptions.Exit(1)
@@ -204,7 +205,7 @@ def patchset_tree_cmd(app: AppContext, version: str) -> None:
     modified cache rebuilt): what `diff --sglang` patches, e.g. for `git apply --check` of a saved diff."""
     from .wheelcache import pristine_tree
 
-    tree = pristine_tree(version, verify=True, log=lambda msg: click.echo(msg, err=True)).tree
+    tree = pristine_tree(version, verify=True, log=lambda msg: click.echo(msg, err=True), meter=app.meter).tree
     if app.as_json:
         app.result({"sglang_version": version, "tree": str(tree)})
     else:
@@ -221,7 +222,8 @@ def patchset_tree_cmd(app: AppContext, version: str) -> None:
 @pass_app
 def patchset_refresh_cmd(app: AppContext, patchset: str, version: str, tree: Path | None, unverified: bool) -> None:
     """Recompute the pristine/expected hashes of PATCHSET for VERSION (from its PyPI wheel, or --tree)."""
-    app.result(service.refresh_patchset(patchset, version, tree=tree, unverified=unverified, log=app.say))
+    app.result(service.refresh_patchset(patchset, version, tree=tree, unverified=unverified, log=app.say,
+                                        meter=app.meter))
 
 
 @cli.command("check")

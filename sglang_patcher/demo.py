@@ -29,12 +29,12 @@ def run_demo(app: "AppContext", *, version: str, patchset: str, with_deps: bool 
 
     load_patchset(patchset).target(version)   # an unsupported release fails before any install
     step(f"0. the target: a local venv with sglang=={version} from PyPI")
-    python = ensure_sandbox(version, with_deps=with_deps, log=app.say)
+    python = ensure_sandbox(version, with_deps=with_deps, log=app.say, meter=app.meter)
     host = sandbox_host(version)
     app.say(f"interpreter {python}")
 
     step("1. snapshot: mirror the install with a hashed manifest")
-    snap = service.snapshot_host(host, log=app.say)
+    snap = service.snapshot_host(host, log=app.say, meter=app.meter)
     app.say(snap)
     results["snapshot"] = snap
 

@@ -11,7 +11,7 @@ import csv
 import hashlib
 import io
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from .errors import StateError
@@ -61,7 +61,8 @@ class Manifest:
             "sglang_version": self.sglang_version,
             "site_packages": self.site_packages,
             "created": self.created,
-            "files": {p: asdict(e) for p, e in sorted(self.files.items())},
+            "files": {p: {"path": e.path, "sha256": e.sha256, "size": e.size, "mode": e.mode}
+                      for p, e in sorted(self.files.items())},
         }
         return json.dumps(data, indent=1, sort_keys=True) + "\n"
 

@@ -19,6 +19,8 @@ from pathlib import Path
 
 from .errors import SglpatchError
 from .inventory import Host
+from .piprun import run_pip
+from .progress import SILENT, Meter
 from .state import sglpatch_home
 
 DEFAULT_SGLANG = "0.5.23"
@@ -48,12 +50,13 @@ def cpu_requirements(version: str) -> Path:
 
 
 def ensure_sandbox(version: str = DEFAULT_SGLANG, home: Path | None = None, *,
-                   with_deps: bool = False, log=print) -> Path:
+                   with_deps: bool = False, log=print, meter: Meter = SILENT) -> Path:
     """Create (once) the sandbox venv with ``sglang==version`` and return its interpreter path.
 
     ``with_deps`` also installs SGLang's CPU dependency set (see the module doc), so L1 runs.
     Raises :class:`SglpatchError` naming the step and the pip output tail when venv or pip fails
     (for example no network and no pip cache). A half-built venv is removed so the next run retries.
+    ``meter`` shows each step (pip's downloads: bytes, rate).
     """
     venv = sandbox_dir(version, home)
     python = venv / "bin" / "python"
@@ -69,16 +72,21 @@ def ensure_sandbox(version: str = DEFAULT_SGLANG, home: Path | None = None, *,
     venv.parent.mkdir(parents=True, exist_ok=True)
     log(f"building the sandbox target: venv {venv} with sglang=={version} (--no-deps, once)")
     steps = [
-        [sys.executable, "-m", "venv", str(venv)],
-        [str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check", "--no-deps",
-         f"sglang=={version}"],
+        ("sandbox: create the venv", [sys.executable, "-m", "venv", str(venv)]),
+        (f"sandbox: pip install sglang=={version}",
+         [str(python), "-m", "pip", "install", "--disable-pip-version-check", "--no-deps", f"sglang=={version}"]),
     ]
     if with_deps:
-        steps.append([str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check",
-                      "-r", str(cpu_requirements(version))])
+        steps.append(("sandbox: pip install SGLang's CPU dependency set",
+                      [str(python), "-m", "pip", "install", "--disable-pip-version-check",
+                       "-r", str(cpu_requirements(version))]))
         log("  + SGLang's CPU dependency set (torch CPU, triton, light packages; ~2 GB, once)")
-    for argv in steps:
-        proc = subprocess.run(argv, capture_output=True, text=True)
+    for what, argv in steps:
+        with meter.task(what) as task:
+            if "pip" in argv:
+                proc = run_pip(argv, task=task)
+            else:
+                proc = subprocess.run(argv, capture_output=True, text=True)
         if proc.returncode != 0:
             shutil.rmtree(venv, ignore_errors=True)
             tail = "\n    ".join((proc.stderr or proc.stdout).strip().splitlines()[-10:])

@@ -23,6 +23,7 @@ from .checks import CheckReport, CheckResult, run_checks
 from .errors import CheckFailedError, ConfigError, DriftError, SglpatchError, StateError
 from .inventory import Host
 from .patchset import Patchset, load_patchset
+from .progress import SILENT, Meter
 from .serve.check import CheckRun, load_prompts, run_serving_levels
 from .inventory_edit import set_host_value
 from .serve.bench import Arm as BenchArm, BenchRun, choose_schedule, last_comparable, plot, run_bench, schedule_text, store
@@ -192,11 +193,12 @@ class SnapshotReport:
         return t
 
 
-def snapshot_host(host: Host, *, home: Path | None = None, log: Log = _quiet) -> SnapshotReport:
-    """Mirror ``host``'s SGLang install locally (only changed files travel)."""
+def snapshot_host(host: Host, *, home: Path | None = None, log: Log = _quiet,
+                  meter: Meter = SILENT) -> SnapshotReport:
+    """Mirror ``host``'s SGLang install locally (only changed files travel; ``meter`` shows it)."""
     with _session(host) as (transport, info):
         log(f"{host.name}: sglang {info.sglang_version} at {info.package_dir}")
-        result = mirror.snapshot(transport, host, info, home=home)
+        result = mirror.snapshot(transport, host, info, home=home, meter=meter)
     return SnapshotReport(host, info, result)
 
 
@@ -305,7 +307,7 @@ class DiffReport:
 
 
 def diff_patchset(name: str, *, host: Host | None = None, version: str | None = None,
-                  home: Path | None = None, log: Log = _quiet) -> DiffReport:
+                  home: Path | None = None, log: Log = _quiet, meter: Meter = SILENT) -> DiffReport:
     """The diff ``name`` makes: against ``host``'s install (snapshot first) or, with ``version``
     and no host, against the pristine PyPI wheel (no SSH). Against a host the report also says
     what apply would find there (``host_plan``) and which files it would refuse as drifted
@@ -321,12 +323,12 @@ def diff_patchset(name: str, *, host: Host | None = None, version: str | None = 
         from .wheelcache import pristine_tree
 
         log(f"pristine tree: sglang=={version} from the PyPI wheel (downloaded once, then cached)")
-        tree = pristine_tree(version, home=home, log=log)
+        tree = pristine_tree(version, home=home, log=log, meter=meter)
         return DiffReport(ps, version, f"wheel sglang=={version}", ps.render(version, tree.read))
     with _session(host) as (transport, info):
         version = str(info.sglang_version)
         ps.target(version)
-        snap = mirror.snapshot(transport, host, info, home=home)
+        snap = mirror.snapshot(transport, host, info, home=home, meter=meter)
         # apply's own plan (one more round trip; writes nothing): its rendering is the diff, its
         # hashes say what apply would find there
         plan = deploy.plan_apply(transport, host, info, ps, pristine=snap.mirror, home=home)
@@ -340,7 +342,7 @@ def diff_patchset(name: str, *, host: Host | None = None, version: str | None = 
 def apply_patchset(name: str, host: Host, *, dry_run: bool = False, force: bool = False,
                    break_lock: bool = False, confirm: Callable[[Any], bool] | None = None,
                    gates: Iterable[Gate] = (), home: Path | None = None,
-                   log: Log = _quiet) -> deploy.DeployResult:
+                   log: Log = _quiet, meter: Meter = SILENT) -> deploy.DeployResult:
     """Apply patchset ``name`` to ``host`` (see :func:`sglang_patcher.deploy.apply_to_host`), then
     run ``gates`` (``check:N``, ``bench:min-ratio=R``).
 
@@ -356,7 +358,7 @@ def apply_patchset(name: str, host: Host, *, dry_run: bool = False, force: bool 
         version = str(info.sglang_version)
         ps.target(version)
         log(f"{host.name}: sglang {version} at {info.package_dir}")
-        snap = mirror.snapshot(transport, host, info, home=home)
+        snap = mirror.snapshot(transport, host, info, home=home, meter=meter)
         log(f"{host.name}: mirror refreshed ({snap.counts()})")
         result = deploy.apply_to_host(transport, host, info, ps, pristine=snap.mirror,
                                       dry_run=dry_run, force=force, break_lock=break_lock,
@@ -630,7 +632,7 @@ def _release_tree_reader(base: Path, version: str, log: Log, *, unverified: bool
 
 
 def refresh_patchset(name: str, version: str, *, tree: Path | None = None, unverified: bool = False,
-                     home: Path | None = None, log: Log = _quiet) -> RefreshReport:
+                     home: Path | None = None, log: Log = _quiet, meter: Meter = SILENT) -> RefreshReport:
     """Recompute and rewrite ``pristine``/``expected`` of ``name`` for ``version``.
 
     The pristine files come from the PyPI wheel of ``version`` (downloaded once, then cached) or,
@@ -648,7 +650,7 @@ def refresh_patchset(name: str, version: str, *, tree: Path | None = None, unver
         read = _release_tree_reader(Path(tree), version, log, unverified=unverified, supported=ps.versions)
     else:
         log(f"pristine tree: sglang=={version} from the PyPI wheel (downloaded once, then cached)")
-        read = pristine_tree(version, home=home, log=log).read
+        read = pristine_tree(version, home=home, log=log, meter=meter).read
     hashes = refresh_hashes(ps.root, version, read)
     return RefreshReport(ps.name, version, hashes)
 

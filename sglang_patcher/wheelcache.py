@@ -38,6 +38,8 @@ from packaging.version import InvalidVersion, Version
 
 from .errors import PatchsetError, StateError, TransportError
 from .manifest import FileEntry, Manifest, read_record, sha256_bytes, sha256_file
+from .piprun import run_pip
+from .progress import SILENT, Meter, Task
 from .state import safe_component, sglpatch_home
 
 __all__ = ["WheelTree", "pristine_tree", "tree_from_wheel", "wheels_dir"]
@@ -128,7 +130,7 @@ def _safe_rel(path: str) -> str:
 
 
 def pristine_tree(version: str, home: Path | None = None, *, verify: bool = False,
-                  log=lambda msg: None) -> WheelTree:
+                  log=lambda msg: None, meter: Meter = SILENT) -> WheelTree:
     """The verified pristine tree of ``sglang==version``, downloading and extracting it once.
 
     ``home`` defaults to :func:`sglpatch_home`. The first call downloads (~40 MB for 0.5.23) and
@@ -136,7 +138,7 @@ def pristine_tree(version: str, home: Path | None = None, *, verify: bool = Fals
     against it), or with ``verify`` re-hash every file (~40 MB). A cache whose ``tree/`` is gone, or
     that ``verify`` finds modified, is rebuilt from the cached wheel (``log`` says so). Raises
     :class:`PatchsetError` for an unknown version, a pip failure or a wheel that does not match
-    its RECORD.
+    its RECORD. ``meter`` shows the download (bytes, rate) and the extraction (files).
     """
     _check_version(version)
     wheels = wheels_dir(home)
@@ -162,13 +164,15 @@ def pristine_tree(version: str, home: Path | None = None, *, verify: bool = Fals
         shutil.rmtree(final)      # a directory without manifest was never published by us: discard
     whl = _cached_wheel(wheels, version)
     if whl is None:
-        whl = _download(version, wheels)
+        with meter.task(f"download sglang=={version}") as task:
+            task.note("pip download")
+            whl = _download(version, wheels, task)
     named = whl.name.split("-")[1]   # the release as its wheel writes it
     if named != version:             # equal as versions (1.0 == 1.0.0): one tree per release
         raise PatchsetError(f"sglang {version!r} is release {named} (its wheel {whl.name}): write it as {named}",
                             hint=f"e.g. `sglpatch patchset tree {named}`")
     try:
-        return tree_from_wheel(whl, version, final)
+        return tree_from_wheel(whl, version, final, meter=meter)
     except PatchsetError as exc:
         whl.unlink(missing_ok=True)   # never keep a wheel that failed verification
         raise PatchsetError(f"{exc.message} (the cached wheel {whl.name} was removed)",
@@ -214,14 +218,14 @@ def _cached_wheel(wheels: Path, version: str) -> Path | None:
     return None
 
 
-def _download(version: str, wheels: Path) -> Path:
+def _download(version: str, wheels: Path, task: Task | None = None) -> Path:
     tmp = wheels / f".sglang-{safe_component(version)}.download-{os.getpid()}-{secrets.token_hex(4)}"
     tmp.mkdir(parents=True)
     cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
            "--disable-pip-version-check", "--no-input", "-d", str(tmp), f"sglang=={version}"]
     try:
         try:
-            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=PIP_TIMEOUT_S)
+            proc = run_pip(cmd, task=task or Task("pip", None, None), timeout=PIP_TIMEOUT_S)
         except subprocess.TimeoutExpired as exc:
             raise PatchsetError(f"pip download sglang=={version} did not finish in {PIP_TIMEOUT_S} s",
                                 hint="check the network / index configuration (pip config list)") from exc
@@ -264,7 +268,7 @@ def _skip(name: str) -> bool:
     return "/__pycache__/" in f"/{name}" or name.endswith(".pyc")
 
 
-def tree_from_wheel(wheel: Path, version: str, dest: Path) -> WheelTree:
+def tree_from_wheel(wheel: Path, version: str, dest: Path, *, meter: Meter = SILENT) -> WheelTree:
     """Extract and verify ``sglang/**`` and the dist-info of ``wheel`` into ``dest`` (atomically).
 
     ``dest`` must not exist; it appears (with ``tree/`` and ``manifest.json``) only once everything
@@ -275,7 +279,7 @@ def tree_from_wheel(wheel: Path, version: str, dest: Path) -> WheelTree:
     where = f"wheel {wheel.name}"
     tmp = dest.parent / f".{dest.name}.tmp-{os.getpid()}-{secrets.token_hex(4)}"
     try:
-        with zipfile.ZipFile(wheel) as zf:
+        with zipfile.ZipFile(wheel) as zf, meter.task(f"extract {wheel.name}") as task:
             infos = [i for i in zf.infolist() if not i.is_dir()]
             records = [i.filename for i in infos if re.match(r"^sglang-[^/]+\.dist-info/RECORD$", i.filename)]
             if len(records) != 1:
@@ -290,6 +294,7 @@ def tree_from_wheel(wheel: Path, version: str, dest: Path) -> WheelTree:
                       and not _skip(i.filename)]
             tree = tmp / "tree"
             tree.mkdir(parents=True)
+            task.total(nbytes=sum(i.file_size for i in wanted), files=len(wanted))
             files: dict[str, FileEntry] = {}
             problems: list[str] = []
             for info in wanted:
@@ -308,6 +313,7 @@ def tree_from_wheel(wheel: Path, version: str, dest: Path) -> WheelTree:
                 out.write_bytes(data)
                 os.chmod(out, mode)
                 files[name] = FileEntry(name, sha, len(data), mode)
+                task.advance(nbytes=len(data), files=1)
             for name in record:
                 if (name.startswith("sglang/") or name.startswith(dist_info + "/")) and not _skip(name) \
                         and name not in files:

@@ -16,7 +16,7 @@ import base64
 import json
 import zlib
 from functools import lru_cache
-from typing import Any
+from typing import Any, Callable
 
 from ..errors import RemoteCommandError
 from ..transport.base import CommandResult, Transport
@@ -51,10 +51,15 @@ def script_argv(interpreter: str, script: str, op: str, args: dict[str, Any] | N
 
 def run_script(transport: Transport, interpreter: str, script: str, op: str,
                args: dict[str, Any] | None = None, *, stdin: bytes | None = None,
-               sudo: bool = False, timeout: float | None = None) -> CommandResult:
-    """Run a remote script operation; returns the raw result (binary stdout allowed)."""
+               sudo: bool = False, timeout: float | None = None,
+               stdout_sink: Callable[[bytes], None] | None = None) -> CommandResult:
+    """Run a remote script operation; returns the raw result (binary stdout allowed; handed to
+    ``stdout_sink`` piece by piece as it arrives instead, when given)."""
+    if stdout_sink is None:
+        return transport.run(script_argv(interpreter, script, op, args), stdin=stdin,
+                             sudo=sudo, timeout=timeout)
     return transport.run(script_argv(interpreter, script, op, args), stdin=stdin,
-                         sudo=sudo, timeout=timeout)
+                         sudo=sudo, timeout=timeout, stdout_sink=stdout_sink)
 
 
 def call_json(transport: Transport, interpreter: str, script: str, op: str,

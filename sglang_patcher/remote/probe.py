@@ -9,11 +9,19 @@ Ops:
   probe {record: bool=true}  -> interpreter facts, every visible ``sglang`` distribution, the package
       dir ``importlib.util.find_spec`` resolves (without executing it), writability, free bytes, and
       (when exactly one distribution is visible and ``record``) its RECORD as {path: hex sha256|null}.
-  hash {site_packages, dist_info, package="sglang"} -> {"files": [[path, sha256, size, mode], ...]}
-      for ``<package>/**`` and ``<dist_info>/**`` under site-packages, skipping ``__pycache__/`` and
-      ``*.pyc``; paths are posix, relative to site-packages; symlinks are followed.
+  hash {site_packages, dist_info, package="sglang", cache=false, racy_s=2} -> {"files": [[path, sha256, size,
+      mode], ...], "cache": {"hits", "hashed"}} for ``<package>/**`` and ``<dist_info>/**`` under
+      site-packages, skipping ``__pycache__/`` and ``*.pyc``; paths are posix, relative to
+      site-packages; symlinks are followed. With ``cache``, a file whose (size, mtime_ns, inode,
+      ctime_ns, device) equal those recorded beside its sha256 by an earlier run is stat'ed, not
+      read (see :class:`HashCache`).
   tar {site_packages} + stdin JSON list of relative paths -> an uncompressed (or ``compress: "gz"``)
       tar stream on stdout holding those regular files (links dereferenced), nothing else.
+  pack {site_packages, dist_info, package="sglang", cache=false, compress} -> one tar stream (a cold
+      mirror in one round trip, each file read once): first the member ``@sglpatch/index.json``
+      ([[path, size, mode], ...], what is about to come), then every file as ``tar`` sends it, its
+      sha256 computed from the bytes sent, last ``@sglpatch/hashes.json`` (``hash``'s ``files``
+      list of exactly the files sent).
 """
 
 import base64
@@ -24,6 +32,7 @@ import json
 import os
 import re
 import sys
+import time
 
 EXPECTED_FAILURE_EXIT = 3
 
@@ -190,33 +199,199 @@ _STAGED = re.compile(r"^\..+\.sglpatch-[^/]+$")
 
 
 def _walk(site, top):
+    """``(rel, full, stat)`` of every regular file under ``site/top`` (links to files followed,
+    links to directories not entered), ``__pycache__/``, ``*.pyc`` and staged files left out; in
+    sorted order. One ``stat`` per file, paths built by string (this runs on every snapshot)."""
+    import stat as _stat
     base = os.path.join(site, top)
     if not os.path.isdir(base):
         return
-    for root, dirs, files in os.walk(base):
-        dirs[:] = sorted(d for d in dirs if d != "__pycache__")
-        for name in sorted(files):
-            if name.endswith(".pyc") or _STAGED.match(name):
-                continue
-            full = os.path.join(root, name)
-            if not os.path.isfile(full):
-                continue  # broken link, socket, fifo: not part of an install
-            yield os.path.relpath(full, site).replace(os.sep, "/"), full
+    stack = [(base, top)]
+    while stack:
+        d, rel = stack.pop()
+        try:
+            entries = sorted(os.scandir(d), key=lambda e: e.name)
+        except OSError:
+            continue
+        subdirs = []
+        for e in entries:
+            name = e.name
+            try:
+                if e.is_dir(follow_symlinks=False):
+                    if name != "__pycache__":
+                        subdirs.append((e.path, rel + "/" + name))
+                    continue
+                if name.endswith(".pyc") or _STAGED.match(name):
+                    continue
+                st = e.stat()
+            except OSError:
+                continue  # broken link, or gone meanwhile: not part of the install
+            if _stat.S_ISREG(st.st_mode):
+                yield rel + "/" + name, e.path, st
+        stack.extend(reversed(subdirs))
 
 
-def op_hash(args):
+class HashCache:
+    """sha256 of files by their stat identity, kept between runs on the host (the user's cache dir,
+    ``$XDG_CACHE_HOME/sglpatch`` or ``~/.cache/sglpatch``, one file per install): a file whose size,
+    mtime_ns, inode, ctime_ns and device equal what was recorded beside its hash is not read
+    again. ctime cannot be set back by a user, and an edit that keeps size and mtime still moves
+    it. A file changed within ``RACY_NS`` before a run (timestamps are coarse) is never recorded:
+    it is read again next time. Unreadable or unwritable cache: every file is read, as without."""
+
+    RACY_NS = 2 * 10 ** 9
+
+    def __init__(self, site, tops, enabled, racy_s=None):
+        self.enabled = enabled
+        self.start_ns = time.time_ns()
+        if racy_s is not None:   # tests shorten it
+            self.RACY_NS = int(float(racy_s) * 10 ** 9)
+        self.old = {}
+        self.new = {}
+        self.hits = 0
+        self.hashed = 0
+        self.path = None
+        if not enabled:
+            return
+        base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+        key = hashlib.sha256("\0".join([os.path.realpath(site)] + list(tops)).encode()).hexdigest()[:24]
+        self.path = os.path.join(base, "sglpatch", "hashes-%s.json" % key)
+        try:
+            with open(self.path, "rb") as f:
+                data = json.loads(f.read().decode("utf-8"))
+            if data.get("v") == 1 and isinstance(data.get("files"), dict):
+                self.old = data["files"]
+        except (OSError, ValueError, AttributeError):
+            self.old = {}
+
+    @staticmethod
+    def key(st):
+        return [st.st_size, st.st_mtime_ns, st.st_ino, st.st_ctime_ns, st.st_dev]
+
+    def lookup(self, rel, st):
+        """The recorded sha256 of ``rel`` when its stat identity is unchanged, else None."""
+        e = self.old.get(rel)
+        if e is not None and e[:5] == self.key(st):
+            self.hits += 1
+            self.new[rel] = e
+            return e[5]
+        return None
+
+    def record(self, rel, st, sha):
+        self.hashed += 1
+        if self.enabled and max(st.st_mtime_ns, st.st_ctime_ns) < self.start_ns - self.RACY_NS:
+            self.new[rel] = self.key(st) + [sha]
+
+    def save(self):
+        if not self.enabled or self.new == self.old:
+            return
+        try:
+            os.makedirs(os.path.dirname(self.path), mode=0o700, exist_ok=True)
+            tmp = "%s.tmp-%d" % (self.path, os.getpid())
+            with open(tmp, "w") as f:
+                json.dump({"v": 1, "files": self.new}, f, separators=(",", ":"))
+            os.replace(tmp, self.path)
+        except OSError:
+            pass
+
+    def stats(self):
+        return {"hits": self.hits, "hashed": self.hashed, "enabled": self.enabled}
+
+
+def _tops(args):
     site = args["site_packages"]
     tops = [args.get("package", "sglang")]
     if args.get("dist_info"):
         tops.append(args["dist_info"])
     if not os.path.isdir(os.path.join(site, tops[0])):
         fail("missing", "%s has no %s/ directory" % (site, tops[0]))
+    return site, tops
+
+
+def op_hash(args):
+    site, tops = _tops(args)
+    cache = HashCache(site, tops, bool(args.get("cache")), args.get("racy_s"))
     files = []
     for top in tops:
-        for rel, full in _walk(site, top):
-            st = os.stat(full)
-            files.append([rel, _sha256(full), st.st_size, st.st_mode & 0o7777])
-    return {"ok": True, "site_packages": site, "files": files}
+        for rel, full, st in _walk(site, top):
+            sha = cache.lookup(rel, st)
+            if sha is None:
+                sha = _sha256(full)
+                st2 = os.stat(full)
+                if HashCache.key(st2) == HashCache.key(st):   # not changing while read
+                    cache.record(rel, st, sha)
+            files.append([rel, sha, st.st_size, st.st_mode & 0o7777])
+    cache.save()
+    return {"ok": True, "site_packages": site, "files": files, "cache": cache.stats()}
+
+
+def _tar_member(sink, rel, data, mode, mtime):
+    """One tar member holding ``data`` (bytes), written straight to ``sink``."""
+    import tarfile
+    info = tarfile.TarInfo(rel)
+    info.size = len(data)
+    info.mode = mode
+    info.mtime = mtime
+    sink.write(info.tobuf(tarfile.GNU_FORMAT, "utf-8", "surrogateescape"))
+    sink.write(data)
+    sink.write(b"\0" * (-len(data) % tarfile.BLOCKSIZE))
+
+
+def _sink(args):
+    out = sys.stdout.buffer
+    if args.get("compress") == "gz":
+        import gzip
+        return out, gzip.GzipFile(fileobj=out, mode="wb", compresslevel=int(args.get("level", 1)))
+    return out, out
+
+
+def op_pack(args):
+    import tarfile
+    site, tops = _tops(args)
+    cache = HashCache(site, tops, bool(args.get("cache")), args.get("racy_s"))
+    listed = []
+    for top in tops:
+        for rel, _full, st in _walk(site, top):
+            listed.append([rel, st.st_size, st.st_mode & 0o7777])
+    out, sink = _sink(args)
+    now = int(time.time())
+    index = json.dumps(listed).encode()
+    _tar_member(sink, "@sglpatch/index.json", index, 0o644, now)
+    sent = []
+    for rel, _size, _mode in listed:
+        try:
+            f = open(os.path.join(site, rel), "rb")
+        except OSError:
+            continue   # gone meanwhile: not sent, not listed in the hashes
+        with f:
+            st = os.fstat(f.fileno())
+            info = tarfile.TarInfo(rel)
+            info.size = st.st_size
+            info.mode = st.st_mode & 0o7777
+            info.mtime = int(st.st_mtime)
+            sink.write(info.tobuf(tarfile.GNU_FORMAT, "utf-8", "surrogateescape"))
+            h = hashlib.sha256()
+            left = st.st_size
+            while left > 0:
+                block = f.read(min(left, 1 << 20))
+                if not block:  # shrank while being read: pad; the hash of what was sent says so
+                    block = b"\0" * left
+                h.update(block)
+                sink.write(block)
+                left -= len(block)
+            sink.write(b"\0" * (-st.st_size % tarfile.BLOCKSIZE))
+            sha = h.hexdigest()
+            if HashCache.key(os.fstat(f.fileno())) == HashCache.key(st):
+                cache.record(rel, st, sha)
+        sent.append([rel, sha, st.st_size, st.st_mode & 0o7777])
+    hashes = json.dumps(sent).encode()
+    _tar_member(sink, "@sglpatch/hashes.json", hashes, 0o644, now)
+    sink.write(b"\0" * (2 * tarfile.BLOCKSIZE))
+    if sink is not out:
+        sink.close()
+    out.flush()
+    cache.save()
+    return None
 
 
 def op_tar(args):
@@ -260,7 +435,7 @@ def op_tar(args):
     return None
 
 
-OPS = {"probe": op_probe, "hash": op_hash, "tar": op_tar}
+OPS = {"probe": op_probe, "hash": op_hash, "tar": op_tar, "pack": op_pack}
 
 
 def main():

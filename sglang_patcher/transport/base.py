@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import shlex
 from dataclasses import dataclass, field
-from typing import Protocol, Sequence, runtime_checkable
+from typing import Callable, Protocol, Sequence, runtime_checkable
 
 from ..errors import RemoteCommandError
 
@@ -53,7 +53,9 @@ class Transport(Protocol):
 
     ``name``: the host name used in messages. ``round_trips``: exec channels opened so far.
     ``run(argv, stdin=..., timeout=..., sudo=...)`` runs ``argv`` (a list, quoted by the transport
-    where a shell is involved); with ``sudo=True`` it is prefixed with ``sudo -n``.
+    where a shell is involved); with ``sudo=True`` it is prefixed with ``sudo -n``. With
+    ``stdout_sink`` each piece of stdout is handed to it as it arrives (from another thread), and
+    the result's ``stdout`` is empty: a large stream is consumed while it travels.
     Raises :class:`~sglang_patcher.errors.TransportError` when the host cannot be reached, never for
     a non-zero exit (that is in the result; call ``.check()``).
     """
@@ -62,7 +64,8 @@ class Transport(Protocol):
     round_trips: int
 
     def run(self, argv: Sequence[str], *, stdin: bytes | None = None,
-            timeout: float | None = None, sudo: bool = False) -> CommandResult: ...
+            timeout: float | None = None, sudo: bool = False,
+            stdout_sink: Callable[[bytes], None] | None = None) -> CommandResult: ...
 
     def close(self) -> None: ...
 

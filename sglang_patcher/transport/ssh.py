@@ -20,7 +20,7 @@ import shlex
 import socket
 import threading
 import time
-from typing import Sequence
+from typing import Callable, Sequence
 
 import paramiko
 from fabric import Config, Connection
@@ -208,10 +208,12 @@ class SSHTransport:
     # -- commands --------------------------------------------------------------------------
 
     def run(self, argv: Sequence[str], *, stdin: bytes | None = None,
-            timeout: float | None = None, sudo: bool = False) -> CommandResult:
+            timeout: float | None = None, sudo: bool = False,
+            stdout_sink: Callable[[bytes], None] | None = None) -> CommandResult:
         """Run ``argv`` on the host in one exec channel. See the Transport protocol.
 
-        ``stdin`` bytes are sent then EOF'd; stdout/stderr come back as bytes. ``timeout`` (seconds)
+        ``stdin`` bytes are sent then EOF'd; stdout/stderr come back as bytes (stdout handed to
+        ``stdout_sink`` piece by piece instead, when given). ``timeout`` (seconds)
         bounds the whole command. Raises TransportError when the host cannot be reached, the
         channel breaks, or the timeout passes; a non-zero exit is in the result.
         """
@@ -230,11 +232,11 @@ class SSHTransport:
             raise TransportError(f"{self.name}: cannot open an SSH channel ({exc})",
                                  hint="the connection dropped; retry") from exc
         try:
-            return self._exec(chan, argv, command, stdin, deadline, timeout)
+            return self._exec(chan, argv, command, stdin, deadline, timeout, stdout_sink)
         finally:
             chan.close()
 
-    def _exec(self, chan, argv, command, stdin, deadline, timeout) -> CommandResult:
+    def _exec(self, chan, argv, command, stdin, deadline, timeout, stdout_sink=None) -> CommandResult:
         out: list[bytes] = []
         err: list[bytes] = []
         errors: list[BaseException] = []
@@ -245,7 +247,7 @@ class SSHTransport:
                     data = recv(_CHUNK)
                     if not data:
                         return
-                    sink.append(data)
+                    sink(data)
             except BaseException as exc:  # surfaced below
                 errors.append(exc)
 
@@ -266,8 +268,8 @@ class SSHTransport:
         except (SSHException, OSError, EOFError) as exc:
             raise TransportError(f"{self.name}: cannot start command {argv[0]} ({exc})") from exc
         threads = [threading.Thread(target=feed, daemon=True),
-                   threading.Thread(target=pump, args=(chan.recv, out), daemon=True),
-                   threading.Thread(target=pump, args=(chan.recv_stderr, err), daemon=True)]
+                   threading.Thread(target=pump, args=(chan.recv, stdout_sink or out.append), daemon=True),
+                   threading.Thread(target=pump, args=(chan.recv_stderr, err.append), daemon=True)]
         for t in threads:
             t.start()
         for t in threads[1:]:

@@ -46,8 +46,8 @@ def test_snapshot_over_ssh_then_incremental(ssh_host, sglang_target, sglpatch_ho
         full = snapshot(t, ssh_host, info)
         mirror = full.mirror
         assert mirror.root == sglpatch_home / "mirrors" / "sshd-test" / "0.5.23"
-        # ~5,800 files in two round trips: one hash, one tar
-        assert full.round_trips == 2 and full.files > 5000
+        # ~5,800 files in one round trip: the host sends each file once, hashing what it sends
+        assert full.round_trips == 1 and full.files > 5000
         assert len(full.fetched) == full.files and full.unchanged == 0
         assert full.bytes_fetched > 100_000_000
         _assert_mirror_equals_live(mirror, sglang_target)
@@ -93,13 +93,13 @@ def test_snapshot_local_and_reopen(local_host, local_target, tmp_path):
     t = connect(local_host)
     info = discover(t, local_host)
     res = snapshot(t, local_host, info, home=tmp_path)
-    assert res.round_trips == 2
+    assert res.round_trips == 1   # a first snapshot: one pack
     m = Mirror.open(tmp_path, "local-test", "0.5.23")
     assert len(m.manifest.files) == res.files
     assert m.dist_info == "sglang-0.5.23.dist-info"
     assert m.read("sglang/version.py") == (local_target.package_dir / "version.py").read_bytes()
     assert "sglang/version.py" in m and "nope.py" not in m
-    assert res.to_dict()["round_trips"] == 2
+    assert res.to_dict()["round_trips"] == 1
     # 300 new files and 100 changed ones: still one hash and one tar
     extra = local_target.package_dir / "many"
     extra.mkdir()
@@ -169,7 +169,7 @@ def test_root_owned_install_through_sudo(sshd, sglang_target, ssh_user_sudo, tmp
         assert info.user == "root" and info.writable
         assert t.is_loopback
         res = snapshot(t, elevated, info, home=tmp_path, compress=True)   # the gzip path, over SSH
-    assert res.round_trips == 2 and res.files > 5000
+    assert res.round_trips == 1 and res.files > 5000
     assert res.mirror.read("sglang/version.py") == (sglang_target.package_dir / "version.py").read_bytes()
 
 
@@ -207,3 +207,121 @@ def test_a_file_vanishing_during_the_snapshot_is_one_clear_error(local_host, loc
     assert "local-test" in msg and "sglang/srt/gone_meanwhile.py" in msg and "changed" in msg
     assert "base64" not in msg and "python" not in msg
     assert "status --host local-test" in (ei.value.hint or "")
+
+
+def _hash_op(site, **extra):
+    import sys
+
+    from sglang_patcher.remote.launcher import call_json
+    from sglang_patcher.transport.local import LocalTransport
+    out = call_json(LocalTransport("h"), sys.executable, "probe", "hash",
+                    {"site_packages": str(site), "package": "sglang", **extra})
+    return {p: sha for p, sha, _size, _mode in out["files"]}, out["cache"]
+
+
+def test_the_hosts_hash_cache_stats_unchanged_files_and_reads_every_changed_one(tmp_path, monkeypatch):
+    """The probe's hash cache (issue 18: a re-snapshot read every file on the host): an unchanged
+    file is stat'ed, not read; an edit that keeps size and mtime (ctime moves), a file replaced by
+    rename (inode), and a file changed within the racy window are read again; a damaged or
+    unwritable cache only costs the reads. The hashes always equal the files' own."""
+    import hashlib
+    import os
+
+    site = tmp_path / "site"
+    files = {"sglang/a.py": b"A = 1\n", "sglang/sub/b.py": b"B = 2\n", "sglang/c.py": b"C = 3\n"}
+    for rel, data in files.items():
+        (site / rel).parent.mkdir(parents=True, exist_ok=True)
+        (site / rel).write_bytes(data)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+
+    def truth():
+        return {rel: hashlib.sha256((site / rel).read_bytes()).hexdigest() for rel in files}
+
+    hashes, c = _hash_op(site, cache=True, racy_s=0)
+    assert hashes == truth() and (c["hits"], c["hashed"]) == (0, 3)
+    hashes, c = _hash_op(site, cache=True, racy_s=0)
+    assert hashes == truth() and (c["hits"], c["hashed"]) == (3, 0)
+
+    a = site / "sglang/a.py"                    # same size, mtime put back: only ctime tells
+    st = a.stat()
+    a.write_bytes(b"A = 9\n")
+    os.utime(a, ns=(st.st_atime_ns, st.st_mtime_ns))
+    b = site / "sglang/sub/b.py"                # same bytes, same mtime, a new inode
+    st_b = b.stat()
+    tmp = b.with_name(".b.tmp")
+    tmp.write_bytes(files["sglang/sub/b.py"])
+    os.utime(tmp, ns=(st_b.st_atime_ns, st_b.st_mtime_ns))
+    os.replace(tmp, b)
+    hashes, c = _hash_op(site, cache=True, racy_s=0)
+    assert hashes == truth() and hashes["sglang/a.py"] == hashlib.sha256(b"A = 9\n").hexdigest()
+    assert (c["hits"], c["hashed"]) == (1, 2)
+
+    (site / "sglang/c.py").write_bytes(b"C = 4\n")     # just now: never recorded with the 2 s window
+    for _ in range(2):
+        hashes, c = _hash_op(site, cache=True)
+        assert hashes == truth() and c["hashed"] >= 1
+
+    cache_files = list((tmp_path / "cache" / "sglpatch").iterdir())
+    assert len(cache_files) == 1
+    cache_files[0].write_text("{not json")
+    hashes, c = _hash_op(site, cache=True, racy_s=0)
+    assert hashes == truth() and c["hits"] == 0
+    monkeypatch.setenv("XDG_CACHE_HOME", str(cache_files[0]))   # a file: no cache dir can be made
+    hashes, c = _hash_op(site, cache=True, racy_s=0)
+    assert hashes == truth() and c["hits"] == 0
+    hashes, c = _hash_op(site)                                  # asked for none: none
+    assert hashes == truth() and c == {"hits": 0, "hashed": 3, "enabled": False}
+
+
+def test_an_interrupted_first_snapshot_keeps_what_it_fetched_and_the_next_fetches_the_rest(
+        local_host, local_target, tmp_path):
+    """Ctrl-C half-way through a first snapshot (issue 18: it printed only "Aborted."): the meter
+    says the mirror is partial and that the next snapshot completes it; the files fetched so far stay
+    (not a mirror yet: Mirror.open refuses it) and the next snapshot fetches only the rest."""
+    from sglang_patcher.progress import PlainMeter
+
+    class CtrlC(PlainMeter):
+        def _make(self, *a):
+            task = super()._make(*a)
+            advance = task.advance
+
+            def interrupting(**kw):
+                advance(**kw)
+                if task.files >= 2000:
+                    raise KeyboardInterrupt
+            task.advance = interrupting
+            return task
+
+    lines: list[str] = []
+    t = connect(local_host)
+    info = discover(t, local_host)
+    with pytest.raises(KeyboardInterrupt):
+        snapshot(t, local_host, info, home=tmp_path, meter=CtrlC(lines.append))
+    assert "interrupted after 2000/" in lines[-1]
+    assert "the mirror is partial: 2000 of" in lines[-1] and "the next snapshot of local-test fetches only the rest" \
+        in lines[-1]
+    with pytest.raises(StateError):
+        Mirror.open(tmp_path, "local-test", "0.5.23")
+    rest = snapshot(t, local_host, info, home=tmp_path)
+    assert rest.unchanged == 2000 and len(rest.fetched) == rest.files - 2000 and rest.round_trips == 2
+    _assert_mirror_equals_live(rest.mirror, local_target)
+    assert not (rest.mirror.root / "manifest.partial.json").exists()
+
+
+def test_the_snapshot_command_shows_progress_on_stderr(capsys, tmp_path, local_target, monkeypatch):
+    """Not a terminal: plain lines on stderr (files, bytes, rate), the result alone on stdout."""
+    import json
+
+    import yaml
+
+    from sglang_patcher.cli import main
+    monkeypatch.setenv("SGLPATCH_HOME", str(tmp_path / "home"))
+    inv = tmp_path / "hosts.yaml"
+    inv.write_text(yaml.safe_dump({"hosts": {"loc": {"transport": "local", "python": str(local_target)}}}))
+    capsys.readouterr()
+    assert main(["--hosts", str(inv), "--json", "snapshot", "loc"]) == 0
+    out, err = capsys.readouterr()
+    assert json.loads(out)["round_trips"] == 1
+    said = [ln for ln in err.splitlines() if ln.startswith("snapshot loc (first, whole install): ")]
+    assert said[0].endswith(" ahead") and "files" in said[0] and "MiB" in said[0]
+    assert " files, " in said[-1] and " MiB in " in said[-1] and "MiB/s)" in said[-1]

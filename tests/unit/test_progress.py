@@ -1,0 +1,100 @@
+"""Progress of long work: plain lines (quiet for short work, a line per period, a closing line,
+what an interruption kept) and rich bars rendered on a recording terminal console."""
+
+from __future__ import annotations
+
+import io
+import re
+import subprocess
+import sys
+import threading
+
+import pytest
+from rich.console import Console
+
+from sglang_patcher.piprun import announced_bytes, run_pip
+from sglang_patcher.progress import SILENT, PlainMeter, RichMeter, Task, human_bytes, meter_for
+
+
+def test_plain_lines_for_large_work_say_what_is_ahead_how_far_and_the_rate():
+    lines: list[str] = []
+    meter = PlainMeter(lines.append, every=0.0)
+    with meter.task("snapshot gpu1", total_bytes=100 << 20, total_files=1000) as task:
+        task.advance(nbytes=40 << 20, files=400)
+        task.advance(nbytes=60 << 20, files=600)
+    assert lines[0] == "snapshot gpu1: 1000 files, 100.0 MiB ahead"
+    assert lines[1].startswith("snapshot gpu1: 400/1000 files, 40.0 MiB of 100.0 MiB in ")
+    assert lines[-1].startswith("snapshot gpu1: 1000 files, 100.0 MiB in ")
+
+
+def test_plain_lines_stay_quiet_for_short_work_and_say_when_totals_turn_out_large():
+    lines: list[str] = []
+    meter = PlainMeter(lines.append)
+    with meter.task("snapshot h") as task:
+        task.note("hashing the install on the host")
+        task.advance(nbytes=10, files=1)
+    assert lines == []
+    with meter.task("snapshot h (first)") as task:
+        task.total(nbytes=200 << 20, files=6000)    # learnt from the host's index
+    assert lines[0] == "snapshot h (first): 6000 files, 200.0 MiB ahead"
+
+
+def test_an_interrupted_task_says_how_far_it_got_and_what_was_kept():
+    lines: list[str] = []
+    meter = PlainMeter(lines.append)
+    with pytest.raises(KeyboardInterrupt):
+        with meter.task("snapshot h", total_files=10) as task:
+            task.advance(nbytes=2048, files=3)
+            task.failed_note = "the mirror is partial: 3 of 10 files kept"
+            raise KeyboardInterrupt
+    assert lines[-1].startswith("snapshot h: interrupted after 3/10 files, 2.0 KiB")
+    assert lines[-1].endswith("— the mirror is partial: 3 of 10 files kept")
+
+
+def test_rich_bars_on_a_terminal_give_way_to_one_closing_line():
+    out = io.StringIO()
+    console = Console(file=out, force_terminal=True, width=120, color_system=None)
+    meter = meter_for(console)
+    assert isinstance(meter, RichMeter)
+    with meter.task("download sglang==0.5.23", total_bytes=4 << 20) as task:
+        done = threading.Event()
+
+        def reader():                      # a transport's reader thread advancing the same task
+            task.advance(nbytes=1 << 20)
+            done.set()
+
+        threading.Thread(target=reader).start()
+        assert done.wait(5)
+        task.advance(nbytes=3 << 20, files=1)
+    text = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", out.getvalue())   # the live display's cursor moves
+    assert "download sglang==0.5.23" in text
+    assert text.rstrip().splitlines()[-1].startswith("• download sglang==0.5.23: 1 files, 4.0 MiB in ")
+
+
+def test_a_console_that_is_not_a_terminal_gets_plain_lines_and_library_calls_get_silence():
+    assert isinstance(meter_for(Console(file=io.StringIO())), PlainMeter)
+    with SILENT.task("x", total_bytes=1 << 40) as task:
+        task.advance(nbytes=1)
+    assert isinstance(task, Task) and task.nbytes == 1
+    assert human_bytes(1536) == "1.5 KiB" and human_bytes(None) == "?"
+
+
+def test_pip_downloads_are_measured_by_what_pip_announces_and_writes(tmp_path):
+    assert announced_bytes("  Downloading sglang-0.5.23-py3-none-any.whl.metadata (3.1 kB)\n"
+                           "  Downloading sglang-0.5.23-py3-none-any.whl (3.9 MB)\n"
+                           "Downloading https://x/torch-2.4.0-cp311-none.whl (190.2 MB)\n") == 194_100_000
+    # a stand-in for pip: announces a download, writes it under TMPDIR in pieces, exits 0
+    fake = tmp_path / "fakepip.py"
+    fake.write_text("import os, time, tempfile\n"
+                    "print('  Downloading pkg-1.0-py3-none-any.whl (3.0 MB)', flush=True)\n"
+                    "p = os.path.join(tempfile.gettempdir(), 'pkg.whl')\n"
+                    "with open(p, 'wb') as f:\n"
+                    "    for _ in range(3):\n"
+                    "        f.write(b'x' * 1_000_000); f.flush(); time.sleep(0.3)\n"
+                    "os.unlink(p)\n")
+    task = Task("download pkg", None, None)
+    proc = run_pip([sys.executable, str(fake)], task=task)
+    assert proc.returncode == 0 and "Downloading pkg" in proc.stdout
+    assert task.total_bytes == 3_000_000 and task.nbytes == 3_000_000
+    with pytest.raises(subprocess.TimeoutExpired):
+        run_pip([sys.executable, "-c", "import time; time.sleep(30)"], task=Task("x", None, None), timeout=0.5)
