@@ -909,7 +909,7 @@ def measure_batch(m: Models, bs: int, widths: Sequence[int], *, graphs: bool, ta
             n = reps_for(one)
             row["build_ms"] = med(replay_ms([g_build], n))
             row["verify_ms"] = med(replay_ms([g_verify], n))
-            row["post_ms"] = med(replay_ms([g_post], n, before=lambda: a.choice.copy_(follow)))
+            row["post_ms"] = med(replay_ms([g_post], n, before=lambda c=a.choice, f=follow: c.copy_(f)))
             # tokens committed per request on the follow picks (a sanity figure: real walks)
             row["commit_mean_follow"] = float(post_out[1].float().mean())
             steps = replay_ms([g_draft, g_build, g_verify, g_post], n)
