@@ -106,11 +106,20 @@ class CheckReport:
                 "checks": [asdict(c) for c in self.checks], "not_proven": self.not_proven()}
 
     def text(self) -> str:
-        """Plain text, one line per check (used in error messages)."""
+        """Plain text, one line per check (used in error messages); with a failure, the passed
+        checks of each level fold into one line, as in the table, so that the failure stands out."""
+        fold = bool(self.failed)
         lines = []
         for c in self.checks:
+            if fold and c.status == "passed":
+                continue
             detail = c.detail.strip().replace("\n", "\n      ")
             lines.append(f"  [{c.level}] {c.status:7} {c.name}" + (f": {detail}" if detail else ""))
+        if fold:
+            for level in sorted({c.level for c in self.checks}):
+                n = sum(1 for c in self.checks if c.level == level and c.status == "passed")
+                if n:
+                    lines.append(f"  [{level}] passed  {n} other check(s)")
         return "\n".join(lines)
 
     def __rich__(self):

@@ -19,10 +19,12 @@ from rich.console import Console
 from rich.text import Text
 
 from . import cli_commands  # noqa: F401  (registers the subcommands on `cli`)
-from .cli_app import AppContext, cli, pass_app  # the frame: the click group and its context
+from .cli_app import AppContext, cli, pass_app, wire_completion  # the frame: the click group and its context
 from .errors import SglpatchError
 
 __all__ = ["main", "cli", "AppContext", "pass_app"]
+
+wire_completion(cli)   # host and patchset names complete in the shell (README: shell completion)
 
 
 def _global_flags(argv: list[str]) -> set[str]:

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import click
+from click.shell_completion import CompletionItem
 from rich.console import Console
 
 from . import __version__
@@ -106,6 +107,49 @@ class AppContext:
 
 
 pass_app = click.make_pass_decorator(AppContext)
+
+
+# ------------------------------------------------------------------------------ shell completion
+# `eval "$(_SGLPATCH_COMPLETE=bash_source sglpatch)"` (zsh_source, fish_source): click's completion,
+# taught the names it cannot know — hosts of the inventory in use, patchsets and their revisions.
+
+def complete_hosts(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[CompletionItem]:
+    """Host names of the inventory the command line names (``--hosts``, $SGLPATCH_HOSTS, ./hosts.yaml)
+    and ``sandbox``; nothing when that inventory cannot be read."""
+    names = {"sandbox"}
+    try:
+        names |= set(load_inventory(ctx.find_root().params.get("hosts_file"), skip_bad_hosts=True).names())
+    except Exception:   # completion never fails: no inventory, a broken one: only sandbox
+        pass
+    return [CompletionItem(n) for n in sorted(names) if n.startswith(incomplete)]
+
+
+def complete_patchsets(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[CompletionItem]:
+    """Patchset names (and NAME@REV for their earlier revisions); a path when one is being typed."""
+    if "/" in incomplete or incomplete.startswith("."):
+        return [CompletionItem(incomplete, type="dir")]
+    from .patchset import available_patchsets, load_patchset
+
+    out = []
+    for name, where in sorted(available_patchsets().items()):
+        out.append(name)
+        try:
+            out += [f"{name}@{r}" for r in load_patchset(where).history_revisions()]
+        except Exception:
+            pass
+    return [CompletionItem(n) for n in out if n.startswith(incomplete)]
+
+
+def wire_completion(group: click.Group) -> None:
+    """Give every host and patchset parameter of ``group``'s commands (recursively) its completion."""
+    for cmd in group.commands.values():
+        for param in cmd.params:
+            if param.name in ("host", "host_name"):
+                param._custom_shell_complete = complete_hosts  # type: ignore[attr-defined]
+            elif param.name == "patchset":
+                param._custom_shell_complete = complete_patchsets  # type: ignore[attr-defined]
+        if isinstance(cmd, click.Group):
+            wire_completion(cmd)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})

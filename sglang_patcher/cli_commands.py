@@ -170,7 +170,16 @@ def rollback_cmd(app: AppContext, host_name: str | None, deployment: str | None,
                  break_lock: bool, force: bool) -> None:
     """Restore the originals of a deployment and verify them by hash."""
     if host_name is None:
-        host_name = service.latest_deployment_host()
+        from .errors import StateError
+
+        try:
+            host_name = service.latest_deployment_host()
+        except StateError as exc:   # never deployed from here: nothing to roll back is no error (exit 0)
+            said = (f"nothing to roll back: no deployment was ever made from this machine ({exc.message}); "
+                    f"for a host deployed from elsewhere, name it: `sglpatch rollback --host HOST`")
+            app.result({"host": None, "rolled_back": [], "already": [], "files": {}, "note": said}
+                       if app.as_json else said)
+            return
         app.say(f"rolling back the latest deployment, on host {host_name}")
     app.result(service.rollback(app.host(host_name), deployment=deployment,
                                 break_lock=break_lock, force=force, log=app.say))

@@ -86,8 +86,13 @@ def _interpreter_hint(host) -> str:
     if host.name == SANDBOX_HOST and host.transport == "local" and host.python == str(sandbox_python()):
         return ("the embedded sandbox target is not built yet: run `sglpatch demo` (or "
                 "`bash scripts/demo.sh`) once, which creates it")
-    return (f"set `python:` of host {host.name!r} in the inventory file to the absolute path of the "
+    return (f"set `python:` of host {host.name!r} in {_inv(host)} to the absolute path of the "
             f"interpreter that has sglang (on the host, inside its env: `command -v python`)")
+
+
+def _inv(host) -> str:
+    """The inventory file ``host`` was read from (hints say where to fix it)."""
+    return str(getattr(host, "inventory_file", "the inventory file"))
 
 
 def discover(transport: Transport, host, *, record: bool = True,
@@ -106,10 +111,10 @@ def discover(transport: Transport, host, *, record: bool = True,
         if "a password is required" in text or "a terminal is required" in text:
             raise TransportError(f"{host.name}: `sudo -n` needs a password for {host.address}",
                                  hint="allow passwordless sudo for that user on the host, or set "
-                                      "`sudo: false` in the inventory file") from exc
+                                      f"`sudo: false` in {_inv(host)}") from exc
         if host.sudo and re.search(r"\bsudo: (command )?not found", text):
             raise TransportError(f"{host.name}: `sudo` is not installed on {host.address}",
-                                 hint="install sudo there, or set `sudo: false` in the inventory file") from exc
+                                 hint=f"install sudo there, or set `sudo: false` in {_inv(host)}") from exc
         missing = exc.returncode in (126, 127) or (
             host.sudo and "command not found" in text)
         if missing:
@@ -138,7 +143,7 @@ def _interpret(host, py: str, out: dict[str, Any]) -> HostInfo:
         raise DiscoveryError(
             f"{host.name}: no SGLang distribution is visible to {py} (Python "
             f"{out.get('python_version')}, prefix {out.get('prefix')}){extra}",
-            hint=f"install sglang into that environment, or fix `python:` in the inventory file "
+            hint=f"install sglang into that environment, or fix `python:` in {_inv(host)} "
                  f"({_interpreter_hint(host)})")
     if len(dists) > 1:
         listing = "; ".join(d.describe() for d in dists)

@@ -34,7 +34,8 @@ from pathlib import Path, PurePosixPath
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator,
+                      model_validator)
 
 from .errors import InventoryError
 from .serve.profile import ServeProfile
@@ -90,6 +91,19 @@ class Host(BaseModel):
     tags: list[str] = Field(default_factory=list)
     state_dir: str | None = None
     serve: ServeProfile | None = None
+    _inventory_file: str | None = PrivateAttr(default=None)   # set by the Inventory it is read from
+
+    def __eq__(self, other: object) -> bool:
+        """Equal fields, equal hosts: the file a host was read from does not make it another."""
+        if not isinstance(other, Host):
+            return NotImplemented
+        return self.__dict__ == other.__dict__
+
+    @property
+    def inventory_file(self) -> str:
+        """The inventory file this host was read from, for hints that say where to fix it (for a
+        host built in code: ``the inventory file (hosts.yaml)``)."""
+        return self._inventory_file or "the inventory file (hosts.yaml)"
 
     @field_validator("name")
     @classmethod
@@ -158,6 +172,12 @@ class Inventory(BaseModel):
                 hosts[name] = entry
             data = {**data, "hosts": hosts}
         return data
+
+    @model_validator(mode="after")
+    def _tell_hosts_their_file(self) -> "Inventory":
+        for h in self.hosts.values():
+            h._inventory_file = self.path
+        return self
 
     def get(self, name: str) -> Host:
         """The host called ``name``; raises InventoryError listing the known hosts."""

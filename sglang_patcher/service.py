@@ -113,22 +113,25 @@ class HostsCheckReport:
                 out[c.host.name] = {"ok": True, **c.info.to_dict(), "seconds": round(c.seconds, 3)}
         return {"hosts": out, "ok": self.ok}
 
-    def __rich__(self) -> Table:
+    def __rich__(self) -> Group:
         t = Table(title="hosts --check", title_justify="left")
         for col in ("host", "python", "sglang", "install", "writable", "free disk", "status"):
             t.add_column(col)
+        errors: list[Text] = []   # below the table, full width: a narrow cell wrapped them word by word
         for c in self.checks:
             if c.error is not None:
-                status = Text(c.error.message, style="red")
+                t.add_row(c.host.name, c.host.python, "-", "-", "-", "-", Text("failed, below", style="red"))
+                named = c.error.message.startswith(f"{c.host.name}:") or c.error.message.startswith(f"{c.host.name} (")
+                said = Text.assemble(("" if named else f"{c.host.name}: ", "bold red"), (c.error.message, "red"))
                 if c.error.hint:  # what to do (e.g. the ssh-keyscan line), as with --json
-                    status.append(f"\nhint: {c.error.hint}", style="yellow")
-                t.add_row(c.host.name, c.host.python, "-", "-", "-", "-", status)
+                    said.append(f"\n  hint: {c.error.hint}", style="yellow")
+                errors.append(said)
                 continue
             i = c.info
             t.add_row(c.host.name, f"{i.interpreter} ({i.python_version})", str(i.sglang_version),
                       str(i.package_dir), "yes" if i.writable else Text("no", style="yellow"),
                       _human_bytes(i.free_bytes), Text("ok", style="green"))
-        return t
+        return Group(t, *errors)
 
 
 def check_hosts(hosts: Iterable[Host]) -> HostsCheckReport:

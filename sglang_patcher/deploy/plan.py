@@ -14,10 +14,10 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from ..discovery import HostInfo
-from ..errors import DeployError, PatchsetError
+from ..errors import DeployError, PatchsetError, SglpatchError
 from ..inventory import Host
 from ..mirror import Mirror
-from ..patchset import Patchset
+from ..patchset import Patchset, load_patchset
 from ..remote.agent_client import AgentClient
 from ..state import sglpatch_home
 from ..transport.base import Transport
@@ -67,6 +67,22 @@ def patchset_view(patchset: Patchset, version: str, info: HostInfo) -> PatchsetV
     for p in paths - set(pristine_h):
         pristine_h[p] = record_h.get(p)
     return PatchsetView(paths, pristine_h, expected_h, history)
+
+
+def patchset_arg(patchset: Patchset) -> str:
+    """How to name ``patchset`` on the command line so that it loads again: its name (the current
+    revision), ``NAME@REV`` (an earlier one), or its directory (a patchset given as a path)."""
+    def same(other: Patchset) -> bool:
+        return other.root.resolve() == patchset.root.resolve()
+    try:
+        current = load_patchset(patchset.name)
+        if same(current):
+            return patchset.name
+        if same(current.at_revision(int(patchset.revision))):
+            return f"{patchset.name}@{patchset.revision}"
+    except SglpatchError:
+        pass
+    return str(patchset.root)
 
 
 def refuse_downgrade(name: str, answer: dict[str, Any], patchset: Patchset) -> None:
@@ -165,7 +181,7 @@ def plan_apply(transport: Transport, host: Host, info: HostInfo, patchset: Patch
     return DeployPlan(host=name, patchset=str(patchset.name), revision=int(patchset.revision),
                       sglang_version=version, files=files, contents=contents, diff=result.diff_text(),
                       inspect=inspect, pristine_sources=dict(src.used),
-                      pristine_bytes=src.read_so_far, result=result)
+                      pristine_bytes=src.read_so_far, result=result, patchset_arg=patchset_arg(patchset))
 
 
 def allowed_hashes(fp: FilePlan, history: dict[int, dict[str, str | None]]) -> list[str | None]:

@@ -52,6 +52,7 @@ class DeployPlan:
     pristine_sources: dict[str, str] = field(default_factory=dict)
     pristine_bytes: dict[str, bytes | None] = field(default_factory=dict, repr=False)
     result: ApplyResult | None = field(default=None, repr=False)  # the applier's result that ``diff`` shows
+    patchset_arg: str | None = None  # how the command line names this patchset revision (NAME, NAME@REV, DIR)
 
     @property
     def drifted(self) -> list[str]:
@@ -93,7 +94,13 @@ class DeployPlan:
         if writes:
             added, removed = sum(a for a, _ in writes.values()), sum(r for _, r in writes.values())
             t.caption = (f"{len(writes)} file(s) written; their diff from pristine: +{added:,} −{removed:,} "
-                         f"lines (`sglpatch diff {self.patchset} --host {self.host}` prints it)")
+                         f"lines (`sglpatch diff {self.patchset_arg or self.patchset} --host {self.host}` "
+                         f"prints it)")
+        notes = list(self.result.notes) if self.result is not None else []
+        if notes:   # what `diff` says about the series (e.g. CRLF line ends kept), apply says too
+            from rich.console import Group
+            from rich.text import Text
+            return Group(t, *(Text(f"  note: {n}", style="yellow") for n in notes))
         return t
 
 
@@ -135,14 +142,17 @@ class DeployResult:
         from rich.console import Group
         from rich.text import Text
 
-        parts: list[RenderableType] = [Text(f"{self.host}: {self.status}"
-                                            + (f" (deployment {self.deployment_id})" if self.deployment_id else "")
-                                            + f" — {self.round_trips} round trips, {self.seconds:.2f} s",
-                                            style="bold")]
+        parts: list[RenderableType] = []
+        if self.status == "dry_run" and self.plan.diff:   # the diff first: the plan closes the output,
+            parts.append(diff_view(self.plan.diff))       # never buried under thousands of diff lines
+            parts.append(Text(f"(the diff above: {len(self.plan.diff.splitlines()):,} lines; `sglpatch diff "
+                              f"{self.plan.patchset_arg or self.plan.patchset} --host {self.host}` prints it "
+                              f"alone)", style="dim"))
+        parts.append(Text(f"{self.host}: {self.status}"
+                          + (f" (deployment {self.deployment_id})" if self.deployment_id else "")
+                          + f" — {self.round_trips} round trips, {self.seconds:.2f} s", style="bold"))
         parts += [Text(f"  recovered: {r}", style="yellow") for r in self.recovered]
         parts.append(self.plan.__rich__())
-        if self.status == "dry_run" and self.plan.diff:
-            parts.append(diff_view(self.plan.diff))
         if self.checks is not None:
             parts.append(self.checks.__rich__())
         return Group(*parts)

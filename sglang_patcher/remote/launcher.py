@@ -77,7 +77,8 @@ def call_json(transport: Transport, interpreter: str, script: str, op: str,
     if res.exit_code not in (0, EXPECTED_FAILURE_EXIT):
         hint = None
         if res.exit_code == 127:
-            hint = f"is the interpreter path {interpreter!r} right for {transport.name}? Set it in hosts.yaml"
+            where = getattr(getattr(transport, "host", None), "inventory_file", "the inventory file")
+            hint = f"is the interpreter path {interpreter!r} right for {transport.name}? Set it in {where}"
         raise RemoteCommandError(transport.name, short, res.exit_code,
                                  res.stdout.decode("utf-8", "replace"),
                                  res.stderr.decode("utf-8", "replace"), hint=hint)

@@ -139,7 +139,7 @@ class SSHTransport:
             why = ("is a directory, not a key file" if os.path.isdir(key) else
                    "is not readable by this user" if os.path.exists(key) else "does not exist")
             raise IdentityFileError(f"{self.name}: identity_file {key} {why}",
-                                    hint=f"fix identity_file of host {self.name} in hosts.yaml (a private key "
+                                    hint=f"fix identity_file of host {self.name} in {self._inventory} (a private key "
                                          f"file on this machine), or remove it to use your ssh agent")
         try:
             conn = self._build_connection()
@@ -166,10 +166,11 @@ class SSHTransport:
                       " and add the new one with ssh-keyscan")) from exc
         except paramiko.AuthenticationException as exc:
             raise TransportError(f"{self.name} ({where}): authentication failed ({exc})",
-                                 hint="check user/identity_file in hosts.yaml or your ssh agent; "
+                                 hint=f"check user/identity_file in {self._inventory} or your ssh agent; "
                                       "`ssh` to the host by hand to compare") from exc
-        except NoValidConnectionsError as exc:
-            raise TransportError(f"{self.name} ({where}): cannot connect ({exc})",
+        except NoValidConnectionsError as exc:   # its text starts "[Errno None]": say what each address said
+            why = "; ".join(sorted({(e.strerror or str(e)).lower() for e in exc.errors.values()}))
+            raise TransportError(f"{self.name} ({where}): cannot connect ({why or 'no address answered'})",
                                  hint="is the host up and sshd listening on that port?") from exc
         except (socket.timeout, TimeoutError) as exc:
             raise TransportError(f"{self.name} ({where}): connection timed out after "
@@ -177,27 +178,32 @@ class SSHTransport:
                                  hint="check the network path / ProxyJump settings") from exc
         except socket.gaierror as exc:
             raise TransportError(f"{self.name} ({where}): cannot resolve host name ({exc})",
-                                 hint="fix hostname/ssh_alias in hosts.yaml") from exc
+                                 hint=f"fix hostname/ssh_alias in {self._inventory}") from exc
         except (SSHException, OSError, EOFError, ValueError, AmbiguousEnvVar, UncastableEnvVar,
                 UnknownFileType) as exc:
             text = str(exc)
             if "No authentication methods available" in text:
                 raise TransportError(f"{self.name} ({where}): no key to log in with (no identity_file, "
                                      "no key in ssh-agent, none under ~/.ssh)",
-                                     hint=f"set identity_file of host {self.name} in hosts.yaml, or load "
+                                     hint=f"set identity_file of host {self.name} in {self._inventory}, or load "
                                           "the key with ssh-add") from exc
             hint = None
             if key and ("private key" in text or "not a valid" in text):
                 raise IdentityFileError(f"{self.name}: identity_file {key} is not a private key this client can read "
                                         f"({text})",
                                         hint=f"name the private key (not the .pub beside it) in identity_file of "
-                                             f"host {self.name} in hosts.yaml; a passphrase-protected key goes in "
+                                             f"host {self.name} in {self._inventory}; a passphrase-protected key goes in "
                                              "ssh-agent instead (ssh-add)") from exc
             if "protocol banner" in text:
                 hint = ("something answered on that port but not as an SSH server, or too slowly: check "
-                        "hostname/port in hosts.yaml (and any firewall in between)")
+                        f"hostname/port in {self._inventory} (and any firewall in between)")
             raise TransportError(f"{self.name} ({where}): SSH connection failed ({exc})", hint=hint) from exc
         self._conn = conn
+
+    @property
+    def _inventory(self) -> str:
+        """The inventory file the host comes from (hints say where to fix it)."""
+        return str(getattr(self.host, "inventory_file", "hosts.yaml"))
 
     @property
     def is_loopback(self) -> bool:

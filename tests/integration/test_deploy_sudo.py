@@ -52,6 +52,22 @@ def test_apply_and_rollback_of_a_root_owned_install_through_sudo(sshd, sglang_ta
     assert service.host_status(host, patchset="ddtree@1").overall == "pristine"
 
 
+def test_the_no_sudo_refusal_says_each_reason_once(sshd, sglang_target, sglpatch_home):
+    """Issue 18: without sudo on a root-owned install the refusal repeated the same two reasons for
+    all 20 files in one 4 KB line: now one line per reason, a few files named, the count given."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root to make the install root-owned")
+    _chown_root(sglang_target.site_packages)
+    with pytest.raises(Exception) as exc:
+        service.apply_patchset("ddtree", sshd.host_entry(sglang_target), confirm=lambda plan: True)
+    err = exc.value
+    assert getattr(err, "exit_code", None) == 8 and getattr(err, "kind", None) == "not_writable", err
+    msg = err.message
+    assert msg.count("owned by root") == 1 and msg.count("not writable by") == 1, msg
+    assert " more" in msg and len(msg) < 1000, msg
+    assert len(err.details["problems"]) > 20      # the JSON details keep every file's reason
+
+
 @pytest.mark.parametrize("state_owner", ["root", "login user"])
 def test_prune_without_sudo_of_backups_written_through_sudo_is_refused_whole(sshd, sglang_target, ssh_user_sudo,
                                                                              sglpatch_home, state_owner):

@@ -273,3 +273,28 @@ def test_the_test_sshd_has_no_sftp_and_we_do_not_need_it(sshd):
         assert t.run([PY, "-c", "print(1)"]).stdout == b"1\n"
         with pytest.raises(Exception):
             t._conn.client.open_sftp()
+
+
+def test_an_unreachable_host_says_what_each_address_answered_without_paramikos_errno_none(sshd, tmp_path):
+    """Issue 18: paramiko's "[Errno None] Unable to connect to port N" leaked into the message.
+    Also: the hint names the inventory file the host was read from."""
+    import socket
+
+    import yaml
+
+    from sglang_patcher.inventory import load_inventory
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    inv = tmp_path / "lab.yaml"
+    inv.write_text(yaml.safe_dump({"hosts": {"gone": {"hostname": "127.0.0.1", "port": port, "python": PY,
+                                                      "identity_file": "/nonexistent/key"}}}))
+    host = load_inventory(inv).get("gone")
+    with connect(host.model_copy(update={"identity_file": sshd.identity_file})) as t:
+        with pytest.raises(TransportError) as ei:
+            t.run(["true"])
+    assert "Errno None" not in str(ei.value) and "connection refused" in ei.value.message, ei.value
+    with connect(host) as t:
+        with pytest.raises(TransportError) as ei:
+            t.run(["true"])
+    assert str(inv) in ei.value.hint and "hosts.yaml" not in ei.value.hint

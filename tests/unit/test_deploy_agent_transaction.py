@@ -622,3 +622,22 @@ def test_rollback_without_a_host_passes_over_local_records_that_are_not_records(
     (d / "gpu-1" / "20261201T000000Z-ddtree-r2-aaaaaa.json").write_text('"a string"')
     with pytest.raises(StateError, match="no local deployment records"):
         latest_deployment_host(tmp_path)
+
+
+def test_the_plan_names_the_patchset_as_given_and_shows_the_appliers_notes(env):
+    """Issue 18: the plan's `sglpatch diff ...` hint named the current revision's name even for a
+    patchset given as a directory (or NAME@REV); `apply` did not show the CRLF note `diff` shows."""
+    series = env.ps.root / "series/0001-spec.patch"
+    series.write_bytes(series.read_bytes().replace(b"\n", b"\r\n"))   # converted in transit
+    ps = load_patchset(env.ps.root)
+    res = apply(env, ps=ps)
+    assert res.status == "applied"
+    text = _text(res)
+    assert f"sglpatch diff {env.ps.root} --host unit-host" in " ".join(text.split())
+    assert "note:" in text and "CRLF" in text
+
+
+def test_the_plan_names_an_earlier_revision_of_a_named_patchset_as_name_at_revision():
+    from sglang_patcher.deploy.plan import patchset_arg
+    assert patchset_arg(load_patchset("ddtree")) == "ddtree"
+    assert patchset_arg(load_patchset("ddtree@1")) == "ddtree@1"

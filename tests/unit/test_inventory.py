@@ -263,3 +263,19 @@ def test_one_broken_host_entry_leaves_the_others_usable_when_asked():
         parse_inventory(text, origin="inv.yaml")
     with pytest.raises(InventoryError, match="unknown field `hostz`"):  # the file's own top level
         parse_inventory(text + "hostz: {}\n", origin="inv.yaml", skip_bad_hosts=True)
+
+
+def test_hints_name_the_inventory_file_in_use(tmp_path):
+    """Issue 18: hints said `hosts.yaml` while another inventory file was in use."""
+    from sglang_patcher.discovery import _interpreter_hint
+    from sglang_patcher.inventory import Host, load_inventory
+    from sglang_patcher.transport.ssh import SSHTransport
+
+    inv_file = tmp_path / "lab-inventory.yaml"
+    inv_file.write_text("hosts:\n  gpu1:\n    hostname: gpu1.example\n    python: /opt/py/bin/python\n")
+    host = load_inventory(inv_file).get("gpu1")
+    assert host.inventory_file == str(inv_file)
+    assert str(inv_file) in _interpreter_hint(host) and "hosts.yaml" not in _interpreter_hint(host)
+    assert SSHTransport(host)._inventory == str(inv_file)
+    built = Host(name="x", hostname="h", python="/usr/bin/python3")   # made in code: no file
+    assert "hosts.yaml" in built.inventory_file and "inventory file" in built.inventory_file

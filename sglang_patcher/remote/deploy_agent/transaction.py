@@ -21,15 +21,23 @@ from .host import HostState
 def preflight(h, files, payload, reserve):
     """Free disk and write permission, before the first write. Raises Fail(no_space|not_writable)."""
     euid = os.geteuid()
+    me = user_name(euid)
     groups = set(os.getgroups()) | {os.getegid()}
     problems = []
+    by_reason = {}   # one line per reason, naming its files: the same reason for 20 files is one line
     need_target = 0
     need_state = 0
+
+    def problem(reason, rel, line):
+        problems.append(line)
+        by_reason.setdefault(reason, []).append(rel)
+
     for rel, spec in files.items():
         t = h.target(rel)
         parent = nearest_existing(os.path.dirname(t))
         if not os.access(parent, os.W_OK | os.X_OK):
-            problems.append("%s: directory %s is not writable by %s" % (rel, parent, user_name(euid)))
+            problem("directories not writable by %s" % me, rel,
+                    "%s: directory %s is not writable by %s" % (rel, parent, me))
         info = file_info(t)
         if info["exists"]:
             if info["type"] != "file":
@@ -37,19 +45,25 @@ def preflight(h, files, payload, reserve):
                            "only" % (t, info["type"]))
             need_state += info["size"]
             if euid != 0 and info["uid"] != euid:
-                problems.append("%s is owned by %s; as %s its owner cannot be kept"
-                                % (rel, user_name(info["uid"]), user_name(euid)))
+                problem("owned by %s: as %s their owner cannot be kept" % (user_name(info["uid"]), me), rel,
+                        "%s is owned by %s; as %s its owner cannot be kept" % (rel, user_name(info["uid"]), me))
             elif euid != 0 and info["gid"] not in groups:
-                problems.append("%s has group %d, which %s is not in; its group cannot be kept"
-                                % (rel, info["gid"], user_name(euid)))
+                problem("group %d, which %s is not in: their group cannot be kept" % (info["gid"], me), rel,
+                        "%s has group %d, which %s is not in; its group cannot be kept" % (rel, info["gid"], me))
         if spec["action"] == "write":
             need_target += len(payload[rel])
     st = dir_facts(h.state)
+    said = []
+    for reason, rels in by_reason.items():
+        rels = sorted(rels)
+        said.append("%d file(s) %s: %s%s" % (len(rels), reason, ", ".join(rels[:3]),
+                                             " and %d more" % (len(rels) - 3) if len(rels) > 3 else ""))
     if not st["writable"]:
-        problems.append("state dir %s (checked %s) is not writable by %s" % (h.state, st["checked"],
-                                                                           user_name(euid)))
+        line = "state dir %s (checked %s) is not writable by %s" % (h.state, st["checked"], me)
+        problems.append(line)
+        said.append(line)
     if problems:
-        raise Fail("not_writable", "; ".join(problems), problems=problems)
+        raise Fail("not_writable", "; ".join(said), problems=problems)
     sp = dir_facts(h.root)
     if sp["dev"] == st["dev"]:
         checks = [(sp, need_target + need_state)]
