@@ -945,6 +945,156 @@ def measure_batch(m: Models, bs: int, widths: Sequence[int], *, graphs: bool, ta
 
 
 # ---------------------------------------------------------------------------------------------
+# Where a step's time goes: each piece captured alone over all layers, as the forward runs it
+# ---------------------------------------------------------------------------------------------
+BREAKDOWN_CONFIGS = (("dflash", 16), ("ddtree", 16), ("ddtree", 65), ("ddtree", 257))
+
+
+def breakdown(m: Models, bss: Sequence[int], configs: Sequence[Tuple[str, int]], log, *,
+              target_s: float = 0.3, deadline: float = float("inf")) -> List[dict]:
+    """Per (batch, arm, width): the verify's pieces summed over the target's layers (every layer's
+    own weights and KV, so nothing is served from L2 that the forward would not find there), the
+    LM head, the build and post pieces and the draft's LM head, each a CUDA graph of its own
+    (median replay, ms; eager once off CUDA). The layer pieces + head sum to about the verify."""
+    cuda = torch.cuda.is_available() and m.dev != "cpu"
+
+    def timed(fn) -> float:
+        if not cuda:
+            return eager_ms(fn)[0][0]
+        g, out = capture(fn)
+        one = med(replay_ms([g], 2))
+        t = med(replay_ms([g], int(max(3, min(30, round(target_s * 1e3 / max(one, 1e-3)))))))
+        del g, out
+        return t
+
+    rows = []
+    for bs in bss:
+        b = Batch(m, bs)
+        logits = b.draft_fn()
+        for arm, width in configs:
+            if time.time() > deadline:
+                log("breakdown: deadline reached")
+                return rows
+            row = _breakdown_one(m, b, logits, arm, width, timed)
+            rows.append(row)
+            log("breakdown " + " ".join(f"{k_}={v_:.3f}" if isinstance(v_, float) else f"{k_}={v_}"
+                                         for k_, v_ in row.items()))
+            if cuda:
+                torch.cuda.empty_cache()
+    return rows
+
+
+def _breakdown_one(m: Models, b: Batch, logits, arm: str, width: int, timed) -> dict:
+    ops, bs = m.ops, b.bs
+    H, I = m.s.hidden, m.s.inter
+    a = Arm(b, arm, width, logits)
+    a.bind_build(a.build())
+    a.bind_verify(a.verify())
+    a.choice.copy_(a.follow_choice())
+    n = bs * width
+    dt, dev = m.dtype, m.dev
+    x = torch.randn(n, H, device=dev, dtype=dt)
+    res = torch.randn(n, H, device=dev, dtype=dt)
+    h = torch.randn(n, H, device=dev, dtype=dt)
+    qkv = F.linear(h, m.layers[0]["wqkv"])
+    q = torch.empty(n, m.hq, m.hd, device=dev, dtype=dt)
+    k = torch.empty(n, m.hkv, m.hd, device=dev, dtype=dt)
+    v = torch.empty_like(k)
+    ops.qkv_post(qkv, q, k, v, m.layers[0]["qn"], m.layers[0]["kn"], m.cos, m.sin, a.v_pos, a.loc,
+                 m.Kc[0], m.Vc[0], m.hq, m.hkv, m.hd)
+    o2 = torch.randn(n, m.hq * m.hd, device=dev, dtype=dt)
+    gu = torch.randn(n, 2 * I, device=dev, dtype=dt)
+    act = torch.randn(n, I, device=dev, dtype=dt)
+
+    def norms():
+        for p in m.layers:
+            ops.add_rmsnorm(x, res, p["ln1"], h, has_res=True, write_res=False)
+            ops.add_rmsnorm(x, res, p["ln2"], h, has_res=True, write_res=False)
+
+    def qkv_gemm():
+        for p in m.layers:
+            F.linear(h, p["wqkv"])
+
+    def qkv_post():
+        for li, p in enumerate(m.layers):
+            ops.qkv_post(qkv, q, k, v, p["qn"], p["kn"], m.cos, m.sin, a.v_pos, a.loc, m.Kc[li], m.Vc[li],
+                         m.hq, m.hkv, m.hd)
+
+    def attention():
+        for li in range(m.s.layers):
+            m.attn(q, k, v, m.Kc[li], m.Vc[li], a.meta)
+
+    def o_gemm():
+        for p in m.layers:
+            F.linear(o2, p["wo"])
+
+    def gate_up():
+        for p in m.layers:
+            F.linear(h, p["wgu"])
+
+    def silu():
+        for _ in m.layers:
+            ops.silu_mul(gu, act)
+
+    def down():
+        for p in m.layers:
+            F.linear(act, p["wd"])
+
+    def head():
+        hh = torch.empty_like(x)
+        ops.add_rmsnorm(x, res, m.final_norm, hh, has_res=True, write_res=False)
+        return F.linear(hh, m.lm_head).argmax(-1)
+
+    pieces = dict(norms=norms, qkv_gemm=qkv_gemm, qk_norm_rope_store=qkv_post, attention=attention,
+                  o_gemm=o_gemm, gate_up_gemm=gate_up, silu_mul=silu, down_gemm=down, head=head)
+    row = dict(bs=bs, arm=arm, width=width)
+    for name, fn in pieces.items():
+        row[name] = timed(fn)
+    row["layers_sum"] = sum(row[k_] for k_ in pieces if k_ != "head")
+    row["verify_sum"] = row["layers_sum"] + row["head"]
+    if arm == "ddtree":
+        row["tree_build"] = timed(lambda: D.build_tree_from_logits(a.logits, b.block_ids[:, 0], a.sizes))
+        row["verify_inputs"] = timed(lambda: D.prepare_verify_tensors(
+            a.tree, b.prefix, positions_out=a.pos_buf, custom_mask_out=a.mask_buf, prefix_lens_sum=bs * m.P))
+        step = D.finish_verify_tensors(a.tree, a.choice.view(bs, width), b.prefix, b.window[:, :width], a.sizes)
+        row["walk_finish"] = timed(lambda: D.finish_verify_tensors(
+            a.tree, a.choice.view(bs, width), b.prefix, b.window[:, :width], a.sizes))
+        row["move_kv"] = timed(lambda: m.move_kv(step.kv_moves.tgt_loc, step.kv_moves.src_loc))
+        rows_idx = step.hidden_rows.reshape(-1)
+        row["draft_append"] = timed(lambda: m.draft_append(a.aux.index_select(0, rows_idx), step.draft_positions,
+                                                           a.draft_loc))
+    else:
+        row["chain_build"] = timed(a.build)
+        row["draft_append"] = timed(lambda: m.draft_append(a.aux[: bs * a.B], a.draft_pos, a.draft_loc))
+    hs = torch.randn(bs * (m.s.block - 1), H, device=dev, dtype=dt)
+    row["draft_lm_head"] = timed(lambda: F.linear(hs, m.lm_head))
+    return row
+
+
+def breakdown_table(rows: Sequence[dict], main_rows: Sequence[dict]) -> str:
+    keys = ["norms", "qkv_gemm", "qk_norm_rope_store", "attention", "o_gemm", "gate_up_gemm", "silu_mul",
+            "down_gemm", "head"]
+    lines = ["Verify forward by piece (each summed over all target layers, every layer's own weights and KV; "
+             "CUDA-graph medians, ms) and the verify phase of the main table",
+             "", "| bs | arm | T | " + " | ".join(keys) + " | sum | verify (main run) | attention share |",
+             "|---:|---|---:|" + "---:|" * (len(keys) + 3)]
+    for r in rows:
+        v = next((x["verify_ms"] for x in main_rows if x["bs"] == r["bs"] and x["arm"] == r["arm"]
+                  and x["width"] == r["width"] and not x.get("repeat")), float("nan"))
+        lines.append(f"| {r['bs']} | {r['arm'].upper()} | {r['width']} | " + " | ".join(f"{r[k]:.3f}" for k in keys)
+                     + f" | {r['verify_sum']:.3f} | {v:.3f} | {r['attention'] / r['verify_sum']:.0%} |")
+    lines += ["", "Build, post and draft pieces (ms)", "",
+              "| bs | arm | T | tree build / chain | verify inputs (positions + mask) | walk + finish | move_kv (all layers) | draft append | draft LM head |",
+              "|---:|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        def f(k):
+            return f"{r[k]:.3f}" if k in r else "-"
+        lines.append(f"| {r['bs']} | {r['arm'].upper()} | {r['width']} | {f('tree_build') if 'tree_build' in r else f('chain_build')} | "
+                     f"{f('verify_inputs')} | {f('walk_finish')} | {f('move_kv')} | {f('draft_append')} | {f('draft_lm_head')} |")
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------------------------
 # Acceptance curves and the projection
 # ---------------------------------------------------------------------------------------------
 PAPER_DFLASH_TAU = 7.79
@@ -1231,6 +1381,10 @@ def main(argv=None):
     ap.add_argument("--log-dir", default=None, help="warm-shard logs (default: beside --out, or /tmp)")
     ap.add_argument("--project", default=None, help="recompute the projection tables from this JSON (no GPU)")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--code", default=None, help="the code revision to record (default: git rev-parse HEAD here)")
+    ap.add_argument("--breakdown", action="store_true",
+                    help="after the table, time the verify's pieces (and build/post/draft pieces) at --breakdown-bs")
+    ap.add_argument("--breakdown-bs", default=None, help="default 1,16,64 (smoke: the --bs list)")
     ap.add_argument("--triton-ops", action="store_true",
                     help="use this file's Triton kernels off CUDA too (with TRITON_INTERPRET=1)")
     ap.add_argument("--check", action="store_true", help="run the correctness checks off CUDA too")
@@ -1248,6 +1402,8 @@ def main(argv=None):
             data = json.load(f)
         proj = project(data["rows"], block=data["shape"]["block"])
         print(tables(data["rows"], proj, f"Decode step (from {args.project}) — {data['env'].get('device')}"))
+        if data.get("breakdown"):
+            print("\n" + breakdown_table(data["breakdown"], data["rows"]))
         if args.cost_out:
             write_json(args.cost_out, {**proj["cost"], **data.get("cost_meta", {})})
         if args.schedule_out:
@@ -1313,7 +1469,7 @@ def main(argv=None):
     deadline = t_start + args.max_seconds if args.max_seconds > 0 else float("inf")
     rows: List[dict] = []
     meta = dict(date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-                code=git_rev(), command="python3 " + " ".join([os.path.relpath(__file__, REPO)] + sys.argv[1:]),
+                code=args.code or git_rev(), command="python3 " + " ".join([os.path.relpath(__file__, REPO)] + sys.argv[1:]),
                 env=env, shape=asdict(shape), context=args.context, dtype=str(dtype), attention=getattr(attn, "desc", "torch SDPA"),
                 graphs=graphs, checks=checks, warm=warm_info, ceilings=ceil)
     for bs in bss:
@@ -1322,11 +1478,18 @@ def main(argv=None):
                               ceil=ceil)
         if args.out:
             write_json(args.out, dict(meta, rows=rows))
+    bd_rows: List[dict] = []
+    if args.breakdown:
+        bd_bs = args.breakdown_bs or ("1,16,64" if graphs else args.bs)
+        bd_cfg = BREAKDOWN_CONFIGS if graphs else [("dflash", shape.block)] + [("ddtree", w) for w in widths]
+        bd_rows = breakdown(m, [int(x) for x in bd_bs.split(",")], bd_cfg, log, deadline=deadline)
     proj = project(rows, block=shape.block)
     head = (f"Decode step — {env.get('device')} — {meta['date']} — code {meta['code']} — "
             f"{'CUDA-graph replays' if graphs else 'EAGER CPU smoke (not a speed figure)'}; attention: {meta['attention']}")
     print(tables(rows, proj, head), flush=True)
-    data = dict(meta, rows=rows, projection=proj)
+    if bd_rows:
+        print("\n" + breakdown_table(bd_rows, rows), flush=True)
+    data = dict(meta, rows=rows, projection=proj, breakdown=bd_rows)
     cost_meta = dict(device=env.get("device"), date=meta["date"], command=meta["command"], code=meta["code"],
                      block_size=shape.block, context=args.context, shape=asdict(shape))
     data["cost_meta"] = cost_meta
