@@ -344,6 +344,9 @@ class RollbackResult:
     seconds: float = 0.0
     backups_put_back: dict[str, dict[str, str]] = field(default_factory=dict)  # id → {path: source}
     drift_kept: dict[str, str] = field(default_factory=dict)  # path → where --force kept its edited bytes
+    # the restored modules' bytecode, written again on the host: recompiled [paths], failed {path: why},
+    # skipped (why none was: the host's Python writes none)
+    bytecode: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -363,6 +366,15 @@ class RollbackResult:
         for p, h in sorted(self.files.items()):
             t.add_row(p, h or "(removed)")
         notes = [f"{p}: its edited bytes were kept at {k} (host)" for p, k in sorted(self.drift_kept.items())]
+        bc = self.bytecode
+        if bc.get("recompiled"):
+            notes.append(f"bytecode: {len(bc['recompiled'])} restored module(s) compiled into __pycache__ again "
+                         f"(apply had purged it)")
+        if bc.get("failed"):
+            notes.append("bytecode not written (the host compiles it at first import): "
+                         + "; ".join(f"{p}: {why}" for p, why in sorted(bc["failed"].items())))
+        if bc.get("skipped"):
+            notes.append(f"bytecode not written: {bc['skipped']}")
         if self.backups_put_back:
             notes.append("; ".join(
                 f"{did}: {len(got)} lost backup(s) put back on the host first, verified by sha256, from "

@@ -99,6 +99,7 @@ def rollback_host(transport: Transport, host: Host, info: HostInfo, deployment_i
         already.append(deployment_id)
     put_back: dict[str, dict[str, str]] = {}
     kept: dict[str, str] = {}
+    bytecode: dict[str, Any] = {}
     for d in todo:
         holder = make_holder(d["id"])
         progress("rollback", f"{d['id']} ({d.get('patchset')} r{d.get('revision')}, {len(d.get('files', {}))} files)")
@@ -129,12 +130,19 @@ def rollback_host(transport: Transport, host: Host, info: HostInfo, deployment_i
             out = agent.rollback(d["id"], holder, break_lock=takeover, force=force)
         (already if out.get("already") else rolled).append(d["id"])
         kept.update(out["deployment"].get("drift_kept") or {})
+        if not out.get("already"):
+            bc = out["deployment"].get("bytecode") or {}
+            bytecode.setdefault("recompiled", []).extend(bc.get("recompiled", []))
+            bytecode.setdefault("failed", {}).update(bc.get("failed", {}))
+            if bc.get("skipped"):
+                bytecode["skipped"] = bc["skipped"]
         save_local_record(home, name, out["deployment"])
         for p, f in out["deployment"].get("files", {}).items():
             final[p] = f.get("before")
     return RollbackResult(host=name, rolled_back=rolled, files=final, already=already,
                           round_trips=transport.round_trips - rt0, seconds=time.monotonic() - t0,
-                          backups_put_back=put_back, drift_kept=kept)
+                          backups_put_back=put_back, drift_kept=kept,
+                          bytecode={k: (sorted(set(v)) if k == "recompiled" else v) for k, v in bytecode.items()})
 
 
 def recover_backups(home: Path, name: str, info: HostInfo, record: dict[str, Any],

@@ -337,3 +337,35 @@ def test_an_apply_that_planned_before_another_pushed_is_refused_and_one_rollback
     finally:
         a.close()
         b.close()
+
+
+def test_rollback_writes_the_restored_modules_bytecode_again(conn, ssh_host, sglang_target, sglpatch_home,
+                                                             tmp_path):
+    """Issue 18: apply purges the touched modules' __pycache__ entries, and rollback left them out,
+    so the host's first import after a rollback compiled each one. Now the rollback compiles the
+    restored modules again (as pip did at install): a valid timestamp pyc of the restored source."""
+    import struct
+
+    info = discover(conn, ssh_host)
+    ps = make_patchset(tmp_path / "ps", Path(sglang_target.site_packages))
+    spec_path = Path(sglang_target.site_packages) / SPEC
+    res = apply_to_host(conn, ssh_host, info, ps, pristine=pristine_reader(sglang_target), home=sglpatch_home)
+    cache = spec_path.parent / "__pycache__"
+    assert not list(cache.glob("spec_info.*.pyc"))
+    rb = rollback_host(conn, ssh_host, info, home=sglpatch_home)
+    assert rb.rolled_back == [res.deployment_id]
+    assert rb.bytecode["recompiled"] == [SPEC] and not rb.bytecode["failed"]
+    major, minor = str(info.python_version).split(".")[:2]
+    pycs = list(cache.glob("spec_info.*.pyc"))
+    assert [p.name for p in pycs] == [f"spec_info.cpython-{major}{minor}.pyc"]   # the host Python's tag
+    head = pycs[0].read_bytes()[:16]
+    flags, mtime, size = struct.unpack("<III", head[4:16])
+    st = spec_path.stat()
+    assert flags == 0 and mtime == int(st.st_mtime) & 0xFFFFFFFF and size == st.st_size & 0xFFFFFFFF
+    st_pyc = pycs[0].stat()
+    assert (st_pyc.st_uid, st_pyc.st_gid) == (st.st_uid, st.st_gid)   # the SSH user's, as the install
+    from rich.console import Console
+    c = Console(width=200, record=True, file=open(os.devnull, "w"))
+    c.print(rb)
+    assert "1 restored module(s) compiled into __pycache__ again" in c.export_text()
+    assert _live(sglang_target, SPEC) == info.record[SPEC]

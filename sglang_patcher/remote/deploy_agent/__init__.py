@@ -37,8 +37,9 @@ Operations (``args`` keys; every op takes ``site_packages`` and optional ``state
 * ``finish``   {deployment_id, holder, checks}: mark verified, drop the journal, release the lock.
 * ``rollback`` {deployment_id, holder, break_lock}: restore the backups (stage+verify+rename, the
   original owner and mode), remove files the deployment added, purge bytecode, verify every file
-  equals its recorded pre-deploy hash, record it, release the lock. Refuses a deployment that is not
-  the latest active one (``not_latest``).
+  equals its recorded pre-deploy hash, write the restored modules' bytecode again (as pip did at
+  install; the record's ``bytecode``: recompiled, failed), record it, release the lock. Refuses a
+  deployment that is not the latest active one (``not_latest``).
 * ``unlock``   {holder, break_lock}: release the lock (ours, or any with break_lock).
 * ``prune``    {keep, holder, dry_run, break_lock}: delete the backups of rolled-back deployments
   but the ``keep`` newest (records stay, marked ``backups_pruned`` once their backups are gone);

@@ -42,9 +42,33 @@ def check_backups(h, did, plan):
                    "nothing was restored" % (len(bad), did, ", ".join(sorted(bad.values()))), backups=bad)
 
 
+def recompile(h, plan):
+    """Write the bytecode of every restored module into its ``__pycache__`` (as pip did at install;
+    the deployment purged it, and a rollback that left it out made the host's first import compile
+    each one): ``{"recompiled": [rel], "failed": {rel: why}}``, plus ``skipped`` (why) when the
+    host's Python writes no bytecode. A module that does not compile is said, never fatal."""
+    import importlib.util
+    import py_compile
+    out = {"recompiled": [], "failed": {}}
+    if sys.dont_write_bytecode:
+        out["skipped"] = "the host's Python writes no bytecode (PYTHONDONTWRITEBYTECODE)"
+        return out
+    for rel, e in sorted(plan.items()):
+        if e.get("before") is None or not rel.endswith(".py"):
+            continue
+        t = h.target(rel)
+        try:
+            py_compile.compile(t, cfile=importlib.util.cache_from_source(t), doraise=True)
+            out["recompiled"].append(rel)
+        except (py_compile.PyCompileError, OSError, ValueError) as exc:
+            out["failed"][rel] = ("%s: %s" % (type(exc).__name__, exc)).strip()[:300]
+    return out
+
+
 def restore_plan(h, did, plan, created_dirs):
-    """Put every file of ``plan`` back to its ``before`` state (idempotent), then verify by hash.
-    Callers run ``check_backups`` first, so that a missing backup restores nothing."""
+    """Put every file of ``plan`` back to its ``before`` state (idempotent), then verify by hash,
+    then write the restored modules' bytecode (:func:`recompile`, returned). Callers run
+    ``check_backups`` first, so that a missing backup restores nothing."""
     dirs = set()
     restored = 0
     for rel, e in plan.items():
@@ -92,6 +116,7 @@ def restore_plan(h, did, plan, created_dirs):
     if bad:
         raise Fail("rollback_failed", "after rollback %d file(s) differ from their pre-deploy hash: %s"
                    % (len(bad), ", ".join(sorted(bad))), files=bad)
+    return recompile(h, plan)
 
 
 def op_backup_tar(a):

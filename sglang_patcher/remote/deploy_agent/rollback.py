@@ -59,7 +59,7 @@ def op_rollback(a):
         rec["rolled_back_from"] = rec.get("phase")
     h.set_phase(rec, "rolling_back")
     try:
-        restore_plan(h, did, rec["files"], rec.get("created_dirs"))
+        rec["bytecode"] = restore_plan(h, did, rec["files"], rec.get("created_dirs"))
     except OSError as exc:
         raise Fail("rollback_failed", "rollback of %s failed (%s: %s); the journal %s is left, run the "
                    "rollback again" % (did, type(exc).__name__, exc, h.journal_path))
