@@ -5,7 +5,7 @@ per-depth distributions q_1..q_L are the target's logits along its own greedy ch
 noise (as in tests/unit/test_ddtree_lossless.py). For each budget N, the DDTree tree is the N best
 prefixes (K = N) and its expected accepted draft tokens under q is sum_u q(u) (paper, Prop. 1);
 the chain with N nodes is the argmax path of length min(N, L). Averaged over several contexts.
-Runs on the CPU. Usage: python bench/accept_plot.py --out bench/ddtree_expected_accept.png (the
+Runs on the CPU. Usage: python bench/accept_plot.py --out bench/results/DATE-cpu-accept-plot.png (the
 recorded run: bench/results/2026-11-30-cpu-accept-plot.md and its .png)
 """
 
@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import time
 
 import torch
 
@@ -35,7 +36,8 @@ def drafter_logits(model, ctx, L, noise, gen):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--out", default="bench/ddtree_expected_accept.png")
+    ap.add_argument("--out", default=f"bench/results/{time.strftime('%Y-%m-%d')}-cpu-accept-plot.png",
+                    help="the PNG to write (default: a dated file under bench/results/, beside its .md)")
     ap.add_argument("--vocab", type=int, default=256)
     ap.add_argument("--contexts", type=int, default=8)
     ap.add_argument("--noise", type=float, default=0.5)

@@ -7,7 +7,7 @@ logits, ``prepare_verify_tensors`` (positions in place, FULL_MASK into a static 
 on any host synchronisation, so a passing capture is also the "no host sync" proof.
 
 Runs only on CUDA (``-m gpu``), with ``bash tests/gpu/run_gpu_tests.sh``; passed on an H200 on
-2026-11-30 (log: bench/h200-2026-11-30/decode-step/).
+2026-11-30 (log, no longer in the tree: ``git show 620a760:bench/h200-2026-11-30/decode-step/pytest_gpu.log``).
 """
 
 from __future__ import annotations
