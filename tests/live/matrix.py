@@ -26,23 +26,19 @@ class Arm:
                                    # running batch shrinks as requests finish
 
 
-# block-4 draft of the trained fixture: budgets 1, B - 1, and larger than the block; top-k
-# below the budget; the non-overlap scheduler. The block-8 draft: B - 1 and 3B.
+# block-4 draft of the trained fixture: budgets 1, B - 1 and larger than the block, the
+# non-overlap scheduler, a budget schedule; the block-8 draft: a budget of 3B with top-k below it.
 TRAINED_ARMS = (
     Arm("target", ragged=True),
     Arm("dflash-b4", "DFLASH", 4, sampled=True),
     Arm("ddtree-b4-n1", "DDTREE", 4, (("speculative_ddtree_budget", 1),)),
     Arm("ddtree-b4-n3", "DDTREE", 4, (("speculative_ddtree_budget", 3),)),
     Arm("ddtree-b4-n8", "DDTREE", 4, (("speculative_ddtree_budget", 8),), sampled=True),
-    Arm("ddtree-b4-n16-k2", "DDTREE", 4, (("speculative_ddtree_budget", 16),
-                                          ("speculative_ddtree_topk", 2))),
     Arm("ddtree-b4-n8-nooverlap", "DDTREE", 4, (("speculative_ddtree_budget", 8),
                                                 ("disable_overlap_schedule", True))),
     # budget by batch: 16 nodes alone, 8 from 2 requests, the floor (B - 1 = 3) from 4
     Arm("ddtree-b4-sched", "DDTREE", 4, (("speculative_ddtree_budget", 16),
                                          ("speculative_ddtree_budget_schedule", "1:16,2:8,4:3")), ragged=True),
-    Arm("dflash-b8", "DFLASH", 8),
-    Arm("ddtree-b8-n7", "DDTREE", 8, (("speculative_ddtree_budget", 7),)),
     Arm("ddtree-b8-n24-k4", "DDTREE", 8, (("speculative_ddtree_budget", 24),
                                           ("speculative_ddtree_topk", 4))),
 )

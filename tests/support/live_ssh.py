@@ -35,7 +35,7 @@ def cpu_serve_profile(fx: ModelFixture, port: int | str, **over: object) -> dict
     profile = {"model": str(fx.target), "draft_model": str(fx.drafts[4]), "port": port,
                "env": dict(live_env.PLATFORM_ENV), "start_timeout": 600,
                "args": args + ["--speculative-draft-attention-backend", "triton"],
-               "ddtree": {"budget": 8}, "max_new_tokens": 12}
+               "ddtree": {"budget": 8}, "max_new_tokens": 8}
     profile.update(over)
     return profile
 
