@@ -199,7 +199,7 @@ class SnapshotReport:
 def snapshot_host(host: Host, *, home: Path | None = None, log: Log = _quiet,
                   meter: Meter = SILENT) -> SnapshotReport:
     """Mirror ``host``'s SGLang install locally (only changed files travel; ``meter`` shows it)."""
-    with _session(host) as (transport, info):
+    with _session(host, record=False) as (transport, info):   # the mirror holds RECORD itself
         log(f"{host.name}: sglang {info.sglang_version} at {info.package_dir}")
         result = mirror.snapshot(transport, host, info, home=home, meter=meter)
     return SnapshotReport(host, info, result)
