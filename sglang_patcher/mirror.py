@@ -373,6 +373,9 @@ def _stream(name: str, transport: Transport, info: Any, op: str, args: dict[str,
     th.start()
     try:
         out = consume(io.BufferedReader(pipe, 1 << 16))
+    except KeyboardInterrupt:   # Ctrl-C: no waiting for the rest of the stream (a daemon thread drops it)
+        pipe.abort()
+        raise
     except BaseException:
         pipe.abort()
         th.join(timeout)
