@@ -641,3 +641,11 @@ def test_the_plan_names_an_earlier_revision_of_a_named_patchset_as_name_at_revis
     from sglang_patcher.deploy.plan import patchset_arg
     assert patchset_arg(load_patchset("ddtree")) == "ddtree"
     assert patchset_arg(load_patchset("ddtree@1")) == "ddtree@1"
+
+
+def test_a_dry_run_prints_the_diff_first_and_the_plan_last(env):
+    """Issue 18: `apply --dry-run` printed the whole diff after the plan, burying it; the diff now
+    comes first (every line still printed) and the plan closes the output."""
+    text = _text(apply(env, dry_run=True))
+    assert text.index("+    DDX = 2") < text.index("unit-host: dry_run") < text.rindex(SPEC)
+    assert "(the diff above:" in text
