@@ -303,13 +303,16 @@ def _ints(text: str | None) -> list[int] | None:
 @click.option("--compare", is_flag=True, help="Show the change against the last run of the same setup.")
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Write tokens/s against concurrency per arm to this PNG.")
+@click.option("--client", type=click.Choice(["auto", "sglang", "sglpatch"]), default="auto", show_default=True,
+              help="Whose requests measure: SGLang's own benchmark client on the host (sglang; auto "
+                   "takes it where the release has it), or sglpatch's streamed requests.")
 @click.option("--sweep", is_flag=True,
               help="DDTREE at every --budgets (DFLASH beside it); the fastest budget per concurrency "
                    "becomes the host's serve.ddtree.budget_schedule in the inventory.")
 @pass_app
 def bench_cmd(app: AppContext, host_name: str, concurrency: str | None, budgets: str | None, arms: str,
               requests: int | None, max_new_tokens: int | None, prompts: Path | None, rounds: int,
-              compare: bool, plot_path: Path | None, sweep: bool) -> None:
+              compare: bool, plot_path: Path | None, client: str, sweep: bool) -> None:
     """Output tokens/s, time per output token and accept length of the target alone, DFLASH and
     DDTREE on a host, side by side; stored in the local history. Exit 9 when a server fails."""
     host = app.host(host_name)
@@ -319,7 +322,7 @@ def bench_cmd(app: AppContext, host_name: str, concurrency: str | None, budgets:
     run = service.bench_host(host, arms=arm_list, concurrency=_ints(concurrency), budgets=_ints(budgets),
                              requests=requests, max_new_tokens=max_new_tokens, prompts=prompts,
                              rounds=rounds, compare=compare, plot_path=plot_path, sweep=sweep,
-                             inventory_path=app.inventory_path(), log=app.say)
+                             inventory_path=app.inventory_path(), client=client, log=app.say)
     app.result(run)
 
 

@@ -709,7 +709,7 @@ def bench_host(host: Host, *, arms: Sequence[str] = ("none", "DFLASH", "DDTREE")
                requests: int | None = None, max_new_tokens: int | None = None,
                prompts: str | Path | None = None, rounds: int = 1, compare: bool = False,
                plot_path: Path | None = None, store_run: bool = True, sweep: bool = False,
-               inventory_path: Path | None = None, home: Path | None = None,
+               inventory_path: Path | None = None, client: str = "auto", home: Path | None = None,
                log: Log = _quiet) -> BenchRun:
     """``sglpatch bench``: output tokens/s, time per output token and accept length of ``arms``
     (``none``, ``DFLASH``, ``DDTREE`` at each of ``budgets``) at each ``concurrency``, measured
@@ -745,7 +745,7 @@ def bench_host(host: Host, *, arms: Sequence[str] = ("none", "DFLASH", "DDTREE")
         ps = (str(active[-1]["patchset"]), int(active[-1]["revision"])) if active else None
         run = run_bench(transport, host, info, arm_list, conc, texts,
                         requests=requests or cfg.requests, max_new_tokens=max_new_tokens or cfg.max_new_tokens,
-                        rounds=rounds, patchset=ps, progress=log)
+                        rounds=rounds, patchset=ps, client=client, progress=log)
     if compare:
         run.previous = last_comparable(run, home)
     if store_run:

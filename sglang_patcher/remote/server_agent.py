@@ -22,6 +22,11 @@ Ops:
       -> {results: [{output_tokens, latency_s, ttft_s, meta_info} | {error}], wall_s}
       each request streamed (``stream: true``) to time its first token.
   server_info {port} -> the server's ``/server_info`` JSON
+  run_client {argv, env, files: {path: text}, read, timeout_s} -> {exit_code, output_tail, read_text}
+      writes ``files``, runs ``argv`` (e.g. SGLang's own benchmark client; ``~/`` at the start of
+      an argument is the login user's home) to completion or the timeout, returns its output tail
+      and the text of ``read`` (its result file).
+  has_module {name} -> {found}: whether the host's interpreter can import ``name`` (not imported)
   stop {name, servers_dir, grace_s} -> {stopped, signal, was_running}
   list {servers_dir} -> {servers: [{name, pid, port, started, alive, log}]}
   log_tail {name, servers_dir, bytes} -> {text}
@@ -308,6 +313,43 @@ def op_server_info(a):
         fail("unreachable", "GET /server_info: %s" % exc)
 
 
+def op_run_client(a):
+    for path, text in (a.get("files") or {}).items():
+        path = os.path.expanduser(path)
+        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(text)
+    read = os.path.expanduser(a["read"]) if a.get("read") else None
+    if read and os.path.exists(read):
+        os.unlink(read)
+    env = dict(os.environ)
+    env.update({str(k): str(v) for k, v in (a.get("env") or {}).items()})
+    argv = [os.path.expanduser(x) if x.startswith("~/") else x for x in a["argv"]]
+    try:
+        proc = subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, env=env, timeout=float(a.get("timeout_s", 3600)))
+        code, out = proc.returncode, proc.stdout
+    except subprocess.TimeoutExpired as exc:
+        code, out = None, exc.stdout or b""
+    except OSError as exc:
+        fail("start_failed", "cannot run %s: %s" % (a["argv"][0], exc))
+    text = ""
+    if read and os.path.exists(read):
+        with open(read, encoding="utf-8", errors="replace") as f:
+            text = f.read()
+    answer({"exit_code": code, "output_tail": out[-6000:].decode("utf-8", "replace"), "read_text": text})
+
+
+def op_has_module(a):
+    import importlib.util
+
+    try:
+        found = importlib.util.find_spec(a["name"]) is not None
+    except (ImportError, ValueError):
+        found = False
+    answer({"found": found})
+
+
 def op_stop(a):
     d, name = _sdir(a), a["name"]
     path = _record_path(d, name)
@@ -356,7 +398,8 @@ def op_log_tail(a):
 
 
 OPS = {"start": op_start, "poll": op_poll, "generate": op_generate, "bench": op_bench,
-       "server_info": op_server_info, "stop": op_stop, "list": op_list, "log_tail": op_log_tail}
+       "server_info": op_server_info, "stop": op_stop, "list": op_list, "log_tail": op_log_tail,
+       "run_client": op_run_client, "has_module": op_has_module}
 
 
 def main(argv):

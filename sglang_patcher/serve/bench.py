@@ -2,8 +2,9 @@
 
 For each arm (no speculation, DFLASH, DDTREE at each budget) one server starts with the host's
 serve profile; after a warm-up (DDTREE's first steps compile its Triton kernels) the same prompts
-are sent at each concurrency level, streamed, from the host itself (``remote/server_agent.py``:
-``bench``). Per arm and concurrency: output tokens/s (all output tokens / wall time), median time
+are sent at each concurrency level from the host itself — by SGLang's own benchmark client
+(``python -m sglang.benchmark.serving``, its ``custom`` dataset) where the host's release has it,
+else streamed by ``remote/server_agent.py`` (``bench``). Per arm and concurrency: output tokens/s (all output tokens / wall time), median time
 per output token and time to first token over the requests, and SGLang's accept length (mean of the
 per-request ``spec_accept_length``). With ``rounds`` > 1 the arms run again in rotated order and each
 figure is the median over rounds, so a drift of the machine spreads over every arm alike.
@@ -83,6 +84,7 @@ class BenchRun:
     max_new_tokens: int
     rounds: int
     started: str
+    client: str = "sglpatch"                    # whose requests measured: sglang | sglpatch
     rows: list[Row] = field(default_factory=list)
     seconds: float = 0.0
     history: str | None = None
@@ -95,7 +97,7 @@ class BenchRun:
         """What must match for two runs to be compared."""
         return {"host": self.host, "sglang_version": self.sglang_version, "model": self.model,
                 "draft_model": self.draft_model, "args": self.args, "max_new_tokens": self.max_new_tokens,
-                "prompts": self.prompts}
+                "prompts": self.prompts, "client": self.client}
 
     def ratio(self, arm: str, base: str, concurrency: int) -> float | None:
         a = next((r for r in self.rows if r.arm == arm and r.concurrency == concurrency), None)
@@ -115,7 +117,7 @@ class BenchRun:
         t = Table(title=f"bench on {self.host} (sglang {self.sglang_version}"
                         + (f", {self.patchset} r{self.revision}" if self.patchset else "")
                         + f"): {self.prompts} prompts, {self.max_new_tokens} new tokens each, "
-                          f"{self.rounds} round(s)")
+                          f"{self.rounds} round(s), {self.client} client")
         for col in ("arm", "concurrency", "tokens/s", "vs DFLASH", "TPOT ms", "TTFT ms", "accept len"):
             t.add_column(col, justify="right" if col != "arm" else "left")
         prev = {(r["arm"], r["concurrency"]): r for r in (self.previous or {}).get("rows", [])}
@@ -130,6 +132,10 @@ class BenchRun:
                       f"{r.ttft_ms:.0f}" if r.ttft_ms is not None else "-",
                       f"{r.accept_length:.2f}" if r.accept_length else "-")
         parts: list[Any] = [t]
+        if self.client == "sglang":
+            parts.append(Text("measured by SGLang's own benchmark client; its accept length is the server's "
+                              "running average, often absent for short runs (--client sglpatch gives each "
+                              "request's own)", style="dim"))
         if self.previous is not None:
             parts.append(Text(f"(in brackets: against the last comparable run, {self.previous.get('started')})"))
         elif self.previous is None and self.history:
@@ -172,13 +178,20 @@ def requests_for(prompts: Sequence[str], n: int, max_new_tokens: int) -> list[di
             for i in range(n)]
 
 
+CLIENTS = ("auto", "sglang", "sglpatch")
+
+
 def measure_arm(transport: Transport, host: Host, info: HostInfo, profile: ServeProfile, arm: Arm,
                 concurrency: Sequence[int], prompts: Sequence[str], requests: int, max_new_tokens: int,
-                progress: Progress | None = None) -> list[tuple[int, list[dict[str, Any]], float]]:
-    """Start ``arm``'s server, warm it up, measure each concurrency level, stop it. Raises
-    ServerError (start failure, or a request failing: e.g. the server crashed mid-run)."""
+                client: str = "sglpatch", progress: Progress | None = None) -> list[Row]:
+    """Start ``arm``'s server, warm it up, measure each concurrency level, stop it.
+
+    ``client``: ``sglang`` — SGLang's own benchmark client run on the host (its figures; accept
+    length is the server's running average); ``sglpatch`` — sglang_patcher's streamed requests
+    (per-request medians; accept length is the mean of the requests' own). Raises ServerError
+    (start failure, a request or the client failing: e.g. the server crashed mid-run)."""
     name = f"bench-{arm.label.lower().replace(' ', '-')}-{time.strftime('%Y%m%dT%H%M%S')}"
-    out = []
+    rows = []
     with RemoteServer(transport, host, info, profile, name,
                       lambda port: launch_argv(host, profile, arm.algorithm, port, ddtree=arm.ddtree()),
                       progress) as server:
@@ -187,33 +200,72 @@ def measure_arm(transport: Transport, host: Host, info: HostInfo, profile: Serve
         server.generate(warm, concurrency=max(concurrency))
         for c in concurrency:
             if progress:
-                progress(f"{arm.label}: concurrency {c}, {requests} requests")
+                progress(f"{arm.label}: concurrency {c}, {requests} requests ({client} client)")
+            if client == "sglang":
+                rec = server.sglang_client(prompts, requests, max_new_tokens, c)
+                done = int(rec.get("completed") or 0)
+                rows.append(Row(arm.label, arm.algorithm, arm.budget, c, requests,
+                                int(rec.get("total_output_tokens") or 0), float(rec.get("output_throughput") or 0.0),
+                                rec.get("median_tpot_ms"), rec.get("median_ttft_ms"),
+                                (rec.get("accept_length") or None) if arm.algorithm != "none" else None,
+                                failed=requests - done))
+                continue
             results, wall = server.stream(requests_for(prompts, requests, max_new_tokens), c)
             failed = [r for r in results if "error" in r]
             if failed:
                 raise server.request_failure(f"{arm.label} requests at concurrency {c}", failed, len(results))
-            out.append((c, results, wall))
-    return out
+            rows.append(summarize(arm, c, results, wall))
+    return rows
+
+
+def pick_client(client: str, transport: Transport, host: Host, max_new_tokens: int) -> str:
+    """``auto`` becomes ``sglang`` when the host's SGLang has its benchmark client
+    (``sglang.benchmark.serving``) and the requests are long enough for it (>= 4 new tokens),
+    else ``sglpatch``. Raises ConfigError for an unknown name or ``sglang`` where it cannot run."""
+    from ..errors import ConfigError
+    from ..remote.launcher import call_json
+
+    if client not in CLIENTS:
+        raise ConfigError(f"unknown bench client {client!r}", hint=f"use one of {', '.join(CLIENTS)}")
+    if client == "sglpatch":
+        return client
+    def has(name: str) -> bool:
+        return bool(call_json(transport, host.python, "server_agent", "has_module", {"name": name}).get("found"))
+
+    release_has = has("sglang.benchmark.serving")
+    found = release_has and has("datasets")          # the client imports it at start
+    if client == "sglang" and not found:
+        raise ConfigError(f"{host.name}: " + ("the host's SGLang has no sglang.benchmark.serving" if not release_has
+                                              else "SGLang's benchmark client needs the `datasets` package there"),
+                          hint="use --client sglpatch (or auto)" if not release_has
+                          else f"pip install datasets into {host.python}'s environment, or use --client sglpatch")
+    if client == "sglang" and max_new_tokens < 4:
+        raise ConfigError("SGLang's benchmark client needs at least 4 new tokens per request",
+                          hint="raise --max-new-tokens, or use --client sglpatch")
+    return "sglang" if found and max_new_tokens >= 4 else "sglpatch"
 
 
 def run_bench(transport: Transport, host: Host, info: HostInfo, arms: Sequence[Arm],
               concurrency: Sequence[int], prompts: Sequence[str], *, requests: int,
               max_new_tokens: int, rounds: int = 1, patchset: tuple[str, int] | None = None,
-              progress: Progress | None = None) -> BenchRun:
-    """Measure every arm at every concurrency (see the module docstring). Raises ServerError."""
+              client: str = "auto", progress: Progress | None = None) -> BenchRun:
+    """Measure every arm at every concurrency (see the module docstring) with ``client`` (see
+    :func:`pick_client`). Raises ServerError, ConfigError."""
+    chosen = pick_client(client, transport, host, max_new_tokens)
     profile = host.serve
     assert profile is not None
     run = BenchRun(host.name, str(info.sglang_version), patchset[0] if patchset else None,
                    patchset[1] if patchset else None, profile.model, profile.draft_model, list(profile.args),
-                   len(prompts), max_new_tokens, rounds, time.strftime("%Y-%m-%dT%H:%M:%S%z"))
+                   len(prompts), max_new_tokens, rounds, time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+                   client=chosen)
     t0 = time.monotonic()
     per: dict[tuple[Arm, int], list[Row]] = {}
     for r in range(rounds):
         order = list(arms[r % len(arms):]) + list(arms[:r % len(arms)])     # rotated each round
         for arm in order:
-            for c, results, wall in measure_arm(transport, host, info, profile, arm, concurrency, prompts,
-                                                requests, max_new_tokens, progress):
-                per.setdefault((arm, c), []).append(summarize(arm, c, results, wall))
+            for row in measure_arm(transport, host, info, profile, arm, concurrency, prompts,
+                                   requests, max_new_tokens, chosen, progress):
+                per.setdefault((arm, row.concurrency), []).append(row)
     for (arm, c), rows in per.items():
         med = rows[0] if len(rows) == 1 else Row(
             arm.label, arm.algorithm, arm.budget, c, rows[0].requests, rows[0].output_tokens,

@@ -11,6 +11,7 @@ refuses while one runs and names it; ``stop_leftovers`` stops them.
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -214,6 +215,40 @@ class RemoteServer:
                                    "concurrency": concurrency, "timeout_s": timeout},
                          timeout=timeout + 60)
         return list(ans.get("results", [])), float(ans.get("wall_s", 0.0))
+
+    def has_module(self, name: str) -> bool:
+        """Whether the host's interpreter can import ``name`` (found, not imported)."""
+        return bool(self._call("has_module", {"name": name}).get("found"))
+
+    def sglang_client(self, prompts: Sequence[str], requests: int, max_new_tokens: int,
+                      concurrency: int, timeout: float = 3600) -> dict[str, Any]:
+        """SGLang's own benchmark client (``python -m sglang.benchmark.serving``, its ``custom``
+        dataset made of ``prompts``) against this server, run on the host: its result record
+        (``output_throughput``, ``median_tpot_ms``, ``median_ttft_ms``, ``completed``,
+        ``total_output_tokens``, ``accept_length``: the server's running average). Raises
+        ServerError with the client's output when it fails."""
+        base = f"{self._dir}/{self.name}-client-c{concurrency}"
+        dataset = "".join(json.dumps({"conversations": [
+            {"from": "human", "value": prompts[i % len(prompts)]}, {"from": "gpt", "value": "ok"}]}) + "\n"
+            for i in range(requests))
+        argv = [self.host.python, "-m", "sglang.benchmark.serving", "--backend", "sglang",
+                "--host", "127.0.0.1", "--port", str(self.port), "--model", self.profile.model,
+                "--dataset-name", "custom", "--dataset-path", f"{base}.jsonl",
+                "--num-prompts", str(requests), "--sharegpt-output-len", str(max_new_tokens),
+                "--max-concurrency", str(concurrency), "--output-file", f"{base}-result.jsonl",
+                "--disable-tqdm", "--seed", "1"]
+        ans = self._call("run_client", {"argv": argv, "env": self.profile.environment(),
+                                        "files": {f"{base}.jsonl": dataset},
+                                        "read": f"{base}-result.jsonl", "timeout_s": timeout},
+                         timeout=timeout + 60)
+        lines = [ln for ln in str(ans.get("read_text", "")).splitlines() if ln.strip()]
+        if ans.get("exit_code") != 0 or not lines:
+            died = "" if self.alive() else " — the server died during the run"
+            raise ServerError(f"{self.host.name}: SGLang's benchmark client against {self.name} failed "
+                              f"(exit {ans.get('exit_code')}){died}:\n    "
+                              + "\n    ".join(str(ans.get("output_tail", "")).strip().splitlines()[-12:]),
+                              log_tail=self.log_tail() if died else "")
+        return dict(json.loads(lines[-1]))
 
     def server_info(self) -> dict[str, Any]:
         ans = self._call("server_info", {"port": self.port})

@@ -1,8 +1,8 @@
 """``sglpatch bench`` end to end on the loopback SSH test host (real sshd, real launch_server, the
-tiny model fixtures): a run of the three arms at two concurrencies stores its figures, draws its
-plot and compares with the previous run; a server killed in the middle of a run fails the bench
-(exit 9, the server's log tail) and nothing is left running. Timed figures are printed, never
-asserted (speed on the Triton interpreter means nothing)."""
+tiny model fixtures): a run of the three arms at two concurrencies (sglpatch's client) stores its
+figures and draws its plot; a server killed in the middle of a run measured by SGLang's own
+benchmark client fails the bench (exit 9, saying the server died) and nothing is left running.
+Timed figures are printed, never asserted (speed on the Triton interpreter means nothing)."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ def test_bench_measures_every_arm_stores_and_plots(host: SshHost, live_models, t
     host.write(cpu_serve_profile(live_models["trained"], port_range(),
                                  bench={"concurrency": [1, 2], "requests": 2, "max_new_tokens": 6}))
     png = tmp_path / "bench.png"
-    proc = host.run("bench", "--host", host.name, "--plot", str(png), "--json")
+    proc = host.run("bench", "--host", host.name, "--plot", str(png), "--client", "sglpatch", "--json")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     run = json.loads(proc.stdout)
     rows = {(r["arm"], r["concurrency"]): r for r in run["rows"]}
@@ -49,7 +49,7 @@ def _healthy(port: int) -> bool:
 def test_a_server_dying_mid_bench_fails_it_with_its_log(host: SshHost, live_models) -> None:
     host.write(cpu_serve_profile(live_models["random"], port_range(),
                                  bench={"concurrency": [2], "requests": 40, "max_new_tokens": 64}))
-    client = host.popen("bench", "--host", host.name, "--arms", "none", "--json")
+    client = host.popen("bench", "--host", host.name, "--arms", "none", "--client", "sglang", "--json")
     try:
         deadline, killed = time.monotonic() + 300, None
         while time.monotonic() < deadline and killed is None and client.poll() is None:
