@@ -237,7 +237,8 @@ class HashCache:
     mtime_ns, inode, ctime_ns and device equal what was recorded beside its hash is not read
     again. ctime cannot be set back by a user, and an edit that keeps size and mtime still moves
     it. A file changed within ``RACY_NS`` before a run (timestamps are coarse) is never recorded:
-    it is read again next time. Unreadable or unwritable cache: every file is read, as without."""
+    it is read again next time. A cache file another user owns (a HOME kept through sudo) is not
+    believed. Unreadable or unwritable cache: every file is read, as without."""
 
     RACY_NS = 2 * 10 ** 9
 
@@ -258,6 +259,8 @@ class HashCache:
         self.path = os.path.join(base, "sglpatch", "hashes-%s.json" % key)
         try:
             with open(self.path, "rb") as f:
+                if os.fstat(f.fileno()).st_uid != os.geteuid():   # only a cache of our own is believed
+                    raise ValueError("not ours")
                 data = json.loads(f.read().decode("utf-8"))
             if data.get("v") == 1 and isinstance(data.get("files"), dict):
                 self.old = data["files"]
