@@ -238,7 +238,8 @@ class HashCache:
     again. ctime cannot be set back by a user, and an edit that keeps size and mtime still moves
     it. A file changed within ``RACY_NS`` before a run (timestamps are coarse) is never recorded:
     it is read again next time. A cache file another user owns (a HOME kept through sudo) is not
-    believed. Unreadable or unwritable cache: every file is read, as without."""
+    believed; saving one deletes our caches of installs that no longer exist. Unreadable or
+    unwritable cache: every file is read, as without."""
 
     RACY_NS = 2 * 10 ** 9
 
@@ -255,7 +256,8 @@ class HashCache:
         if not enabled:
             return
         base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-        key = hashlib.sha256("\0".join([os.path.realpath(site)] + list(tops)).encode()).hexdigest()[:24]
+        self.site = os.path.realpath(site)
+        key = hashlib.sha256("\0".join([self.site] + list(tops)).encode()).hexdigest()[:24]
         self.path = os.path.join(base, "sglpatch", "hashes-%s.json" % key)
         try:
             with open(self.path, "rb") as f:
@@ -291,11 +293,30 @@ class HashCache:
         try:
             os.makedirs(os.path.dirname(self.path), mode=0o700, exist_ok=True)
             tmp = "%s.tmp-%d" % (self.path, os.getpid())
-            with open(tmp, "w") as f:
-                json.dump({"v": 1, "files": self.new}, f, separators=(",", ":"))
+            with open(tmp, "w") as f:   # "site" first: evict() reads it from the head of the file
+                json.dump({"v": 1, "site": self.site, "files": self.new}, f, separators=(",", ":"))
             os.replace(tmp, self.path)
+            self.evict()
         except OSError:
             pass
+
+    def evict(self):
+        """Delete our caches of installs that no longer exist (a venv removed, a test's clone)."""
+        d = os.path.dirname(self.path)
+        for name in os.listdir(d):
+            full = os.path.join(d, name)
+            if not name.startswith("hashes-") or full == self.path:
+                continue
+            try:
+                with open(full, "rb") as f:
+                    if os.fstat(f.fileno()).st_uid != os.geteuid():
+                        continue
+                    head = f.read(4096).decode("utf-8", "replace")
+                m = re.search(r'"site":("(?:[^"\\]|\\.)*")', head)
+                if m and not os.path.isdir(json.loads(m.group(1))):
+                    os.unlink(full)
+            except (OSError, ValueError):
+                continue
 
     def stats(self):
         return {"hits": self.hits, "hashed": self.hashed, "enabled": self.enabled}

@@ -277,6 +277,20 @@ def test_the_hosts_hash_cache_stats_unchanged_files_and_reads_every_changed_one(
     hashes, c = _hash_op(site)                                  # asked for none: none
     assert hashes == truth() and c == {"hits": 0, "hashed": 3, "enabled": False}
 
+    # the cache of an install that is gone (a removed venv) goes with the next save of another
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache2"))
+    import shutil
+    other = tmp_path / "other"
+    shutil.copytree(site, other)
+    _hash_op(site, cache=True, racy_s=0)
+    _hash_op(other, cache=True, racy_s=0)
+    assert len(list((tmp_path / "cache2" / "sglpatch").iterdir())) == 2
+    shutil.rmtree(other)
+    (site / "sglang/c.py").write_bytes(b"C = 5\n")            # something to save
+    _hash_op(site, cache=True, racy_s=0)
+    left = list((tmp_path / "cache2" / "sglpatch").iterdir())
+    assert len(left) == 1 and str(site) in left[0].read_text()[:4096]
+
 
 def test_an_interrupted_first_snapshot_keeps_what_it_fetched_and_the_next_fetches_the_rest(
         local_host, local_target, tmp_path):
