@@ -368,9 +368,22 @@ def apply_patchset(name: str, host: Host, *, dry_run: bool = False, force: bool 
                                       confirm=confirm, progress=_progress(log), home=home)
     if result.status in ("dry_run", "aborted"):
         return result
+    withdrawn = ps.spec.withdrawn.get(ps.revision)
+    if not withdrawn:
+        try:
+            withdrawn = load_patchset(ps.name).spec.withdrawn.get(ps.revision)
+        except SglpatchError:     # given as a directory of a patchset this checkout does not have
+            withdrawn = None
+    if withdrawn:
+        log(f"warning: {ps.name} r{ps.revision} is withdrawn: {withdrawn}")
     for gate in gates:
         log(f"{host.name}: gate {gate}")
-        failure = _run_gate(host, gate, log)
+        try:
+            failure = _run_gate(host, gate, log)
+        except KeyboardInterrupt:
+            raise
+        except SglpatchError as exc:    # a server that did not start, a host gone: the gate failed
+            failure = str(exc)
         if failure is None:
             continue
         if result.status == "applied" and result.deployment_id:
@@ -680,7 +693,7 @@ def check_host(host: Host, *, level: int | None = None, prompts: str | Path | No
                                "inventory (the repository's hosts.yaml shows one for ct200)")
     texts = load_prompts(prompts) if level >= 2 else []
     with _session(host) as (transport, info):
-        if level >= 2:
+        if level >= 2 or stop_leftovers:
             for srv in list_servers(transport, host, info):
                 if srv.get("alive") and stop_leftovers:
                     stop_server(transport, host, info, str(srv["name"]))
@@ -697,6 +710,11 @@ def check_host(host: Host, *, level: int | None = None, prompts: str | Path | No
             report = CheckReport(host=host.name)
             report.checks.append(CheckResult("L0", "patched files compile", "skipped",
                                              "no active sglpatch deployment on this host"))
+        if level >= 2 and not active:
+            report.checks.append(CheckResult("L2", "server start", "skipped",
+                                             "nothing is deployed on this host: a server started now "
+                                             "would test the release as it is (apply a patchset first)"))
+            return CheckRun(report, level)
         if level >= 2:
             return run_serving_levels(transport, host, info, report, level, texts, progress=log)
         return CheckRun(report, level)

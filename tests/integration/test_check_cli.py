@@ -48,3 +48,26 @@ def test_a_gate_the_host_cannot_run_is_refused_before_any_write(capsys, tmp_path
     assert code == 2 and "cannot run the gate check:3" in data["error"], data
     code, data, err = run_json(capsys, *h, "status", "--host", "here")
     assert data["overall"] == "pristine", data
+
+
+@pytest.mark.parametrize(("gate", "shown"), [("check:2", "check:2"), ("bench:min-ratio=1.0", "bench:min-ratio=1")])
+def test_a_gate_whose_server_cannot_start_rolls_the_deployment_back(capsys, tmp_path, sglpatch_home,
+                                                                    local_target, gate, shown):
+    """This venv has sglang without its dependencies: a server cannot start there, so each gate
+    fails (the bench gate by an error, not a result) and the new deployment is rolled back."""
+    serve = {"model": "/nonexistent/model", "draft_model": "/nonexistent/draft", "start_timeout": 60}
+    h = _hosts(tmp_path, local_target, serve=serve)
+    code, data, err = run_json(capsys, *h, "apply", "ddtree", "--host", "here", "--yes", "--gate", gate)
+    assert code == 9, (data, err)
+    assert f"gate {shown} failed" in data["error"] and "rolled back" in data["error"], data["error"]
+    code, data, err = run_json(capsys, *h, "status", "--host", "here")
+    assert data["overall"] == "pristine", data
+    assert not list((local_target.site_packages / ".sglpatch" / "servers").glob("*.json"))
+
+
+def test_check_serving_levels_need_a_deployment(capsys, tmp_path, sglpatch_home, local_target):
+    h = _hosts(tmp_path, local_target, serve={"model": "/m", "draft_model": "/d"})
+    code, data, err = run_json(capsys, *h, "check", "--host", "here")
+    assert code == 0, err
+    (l2,) = [c for c in data["checks"] if c["level"] == "L2"]
+    assert l2["status"] == "skipped" and "nothing is deployed" in l2["detail"], l2
