@@ -84,6 +84,12 @@ class DeployPlan:
                 "pristine_sources": self.pristine_sources}
 
     def __rich__(self):
+        return self.render()
+
+    def render(self, written: bool = False):
+        """The plan as a table. ``written``: the apply went through (the caption says the files
+        were written); else it is a plan — the prompt's, a dry run's, a declined one's — and says
+        what would be written."""
         # lines: the patchset's diff from pristine, for the files this apply writes (a file already
         # at this revision changes nothing)
         writes = {p: n for p, n in diffstat(self.diff).items()
@@ -93,7 +99,8 @@ class DeployPlan:
                         stat=writes)
         if writes:
             added, removed = sum(a for a, _ in writes.values()), sum(r for _, r in writes.values())
-            t.caption = (f"{len(writes)} file(s) written; their diff from pristine: +{added:,} −{removed:,} "
+            t.caption = (f"{len(writes)} file(s) {'written' if written else 'would be written'}; their diff "
+                         f"from pristine: +{added:,} −{removed:,} "
                          f"lines (`sglpatch diff {self.patchset_arg or self.patchset} --host {self.host}` "
                          f"prints it)")
         notes = list(self.result.notes) if self.result is not None else []
@@ -152,7 +159,7 @@ class DeployResult:
                           + (f" (deployment {self.deployment_id})" if self.deployment_id else "")
                           + f" — {self.round_trips} round trips, {self.seconds:.2f} s", style="bold"))
         parts += [Text(f"  recovered: {r}", style="yellow") for r in self.recovered]
-        parts.append(self.plan.__rich__())
+        parts.append(self.plan.render(written=self.status not in ("dry_run", "aborted")))
         if self.checks is not None:
             parts.append(self.checks.__rich__())
         return Group(*parts)

@@ -649,3 +649,16 @@ def test_a_dry_run_prints_the_diff_first_and_the_plan_last(env):
     text = _text(apply(env, dry_run=True))
     assert text.index("+    DDX = 2") < text.index("unit-host: dry_run") < text.rindex(SPEC)
     assert "(the diff above:" in text
+
+
+def test_a_dry_run_says_what_would_be_written_and_an_apply_what_was(env):
+    """A fresh user read "1 file(s) written" under `apply --dry-run`, which writes nothing: the
+    plan of a dry run (and the prompt's) says the files would be written; an apply that went
+    through says they were."""
+    dry = _text(apply(env, dry_run=True))
+    assert "file(s) would be written" in dry and "file(s) written" not in dry, dry
+    assert live(env, SPEC) == sha(RELEASE[SPEC])
+    res = apply(env)
+    assert "would be written" in _text(res.plan)  # the plan alone, as the prompt shows it
+    done = _text(res)
+    assert "file(s) written" in done and "would be written" not in done, done
