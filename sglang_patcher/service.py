@@ -779,7 +779,9 @@ def bench_host(host: Host, *, arms: Sequence[str] = ("none", "DFLASH", "DDTREE")
 
 
 def _write_sweep(run: BenchRun, host: Host, profile: ServeProfile, inventory_path: Path | None) -> None:
-    entries = choose_schedule(run)
+    # chain entries (DFlash's own step) need ddtree revision 4 or later on the host
+    chain_ok = run.patchset == "ddtree" and (run.revision or 0) >= 4
+    entries = choose_schedule(run, chain=chain_ok)
     run.schedule = schedule_text(entries)
     if not entries:
         return
@@ -792,7 +794,7 @@ def _write_sweep(run: BenchRun, host: Host, profile: ServeProfile, inventory_pat
     if inventory_path is None or not Path(inventory_path).is_file():
         run.schedule_written = f"not written: {host.name} comes from no inventory file"
         return
-    top = max(n for _, n in entries)
+    top = max([n for _, n in entries if isinstance(n, int)], default=0)
     set_host_value(Path(inventory_path), host.name, ["serve", "ddtree", "budget_schedule"], run.schedule)
     if top > profile.ddtree.budget:
         set_host_value(Path(inventory_path), host.name, ["serve", "ddtree", "budget"], top)

@@ -145,7 +145,8 @@ class BenchRun:
         if self.plot:
             parts.append(Text(f"plot: {self.plot}"))
         if self.schedule is not None:
-            parts.append(Text(f"budget schedule (the fastest DDTREE budget per concurrency): "
+            parts.append(Text(f"budget schedule (the fastest DDTREE budget per concurrency; chain where "
+                              f"DFLASH beat every budget): "
                               f"{self.schedule or 'none: no DDTREE row'}", style="bold"))
         if self.schedule_written:
             parts.append(Text(self.schedule_written))
@@ -348,23 +349,34 @@ def plot(run: BenchRun, path: Path) -> Path:
 
 # ------------------------------------------------------------------------------------ sweep
 
-def choose_schedule(run: BenchRun) -> list[tuple[int, int]]:
+CHAIN = "chain"        # a schedule entry that runs DFlash's own decode step (ddtree revision 4)
+ScheduleEntry = tuple[int, int | str]
+
+
+def choose_schedule(run: BenchRun, *, chain: bool = True) -> list[ScheduleEntry]:
     """For each measured concurrency, the DDTREE budget with the highest output tokens/s (ties:
-    the smaller budget), as (batch size, budget) entries of a budget schedule; consecutive
-    concurrencies with the same winner share one entry, and the first entry starts at 1 (the
-    running batch size is taken to be the concurrency). [] without DDTREE rows."""
-    entries: list[tuple[int, int]] = []
+    the smaller budget) — or ``"chain"`` where DFLASH, measured in the same run, was faster than
+    every DDTREE budget (``chain``: the patchset revision runs DFlash's own step there) — as
+    (batch size, budget) entries of a budget schedule. Rows with failed requests never win.
+    Consecutive concurrencies with the same winner share one entry, and the first entry starts at
+    1 (the running batch size is taken to be the concurrency). [] without DDTREE rows."""
+    entries: list[ScheduleEntry] = []
     for c in sorted({r.concurrency for r in run.rows}):
-        rows = [r for r in run.rows if r.algorithm == "DDTREE" and r.concurrency == c and r.budget]
+        rows = [r for r in run.rows if r.algorithm == "DDTREE" and r.concurrency == c and r.budget
+                and not r.failed]
         if not rows:
             continue
         best = max(rows, key=lambda r: (r.tok_s, -int(r.budget or 0)))
-        if not entries or entries[-1][1] != best.budget:
-            entries.append((c, int(best.budget or 0)))
+        pick: int | str = int(best.budget or 0)
+        dflash = [r.tok_s for r in run.rows if r.algorithm == "DFLASH" and r.concurrency == c and not r.failed]
+        if chain and dflash and max(dflash) > best.tok_s:
+            pick = CHAIN
+        if not entries or entries[-1][1] != pick:
+            entries.append((c, pick))
     if entries:
         entries[0] = (1, entries[0][1])
     return entries
 
 
-def schedule_text(entries: list[tuple[int, int]]) -> str:
+def schedule_text(entries: list[ScheduleEntry]) -> str:
     return ",".join(f"{bs}:{n}" for bs, n in entries)

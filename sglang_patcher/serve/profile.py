@@ -26,7 +26,7 @@ import re
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 _PORTS = re.compile(r"^\s*(\d+)\s*(?:-\s*(\d+)\s*)?$")
-_SCHEDULE_ENTRY = re.compile(r"^\s*[1-9]\d*\s*:\s*[1-9]\d*\s*$")
+_SCHEDULE_ENTRY = re.compile(r"^\s*[1-9]\d*\s*:\s*([1-9]\d*|chain)\s*$", re.IGNORECASE)
 ALGORITHMS = ("none", "DFLASH", "DDTREE")
 
 
@@ -37,7 +37,8 @@ class DDTreeSettings(BaseModel):
 
     budget: int = Field(default=64, ge=1)
     topk: int | None = Field(default=None, ge=1)
-    # budget by running batch size, "BATCH:BUDGET,..." (written by `sglpatch bench --sweep`)
+    # budget by running batch size, "BATCH:BUDGET,..." with BUDGET a number or chain (DFlash's own
+    # step at that batch size; ddtree revision 4), written by `sglpatch bench --sweep`
     budget_schedule: str | None = None
 
     @field_validator("budget_schedule")
@@ -47,8 +48,8 @@ class DDTreeSettings(BaseModel):
             return v
         pairs = [p for p in v.split(",") if p.strip()]
         if not pairs or not all(_SCHEDULE_ENTRY.match(p) for p in pairs):
-            raise ValueError(f"budget_schedule must be BATCH:BUDGET pairs like '1:64,4:16', got {v!r}")
-        return ",".join(p.strip().replace(" ", "") for p in pairs)
+            raise ValueError(f"budget_schedule must be BATCH:BUDGET pairs like '1:64,4:16,16:chain', got {v!r}")
+        return ",".join(p.strip().replace(" ", "").lower() for p in pairs)
 
     def flags(self) -> list[str]:
         out = ["--speculative-ddtree-budget", str(self.budget)]

@@ -2,7 +2,8 @@
 sglang 0.5.23 venv. Revision 3 changes the worker (its start-up checks: revision 2 could not start a
 DDTREE server; the budget schedule), adds ddtree_budget.py and the schedule's argument and
 validation, so the upgrade from 2 pushes those four files; rollbacks walk back one deployment at a
-time and end pristine by RECORD."""
+time and end pristine by RECORD. Since revision 4 these name ``ddtree@3``; revision 3 -> 4 is the
+last test."""
 
 from __future__ import annotations
 
@@ -41,7 +42,7 @@ def test_cli_r2_then_r3_pushes_the_worker_then_rollback_twice(capsys, tmp_path, 
     code, out, err = run_cli(capsys, *h, "status", "--host", "here")
     assert "is withdrawn" in " ".join(out.split()), out
 
-    code, data, err = run_json(capsys, *h, "apply", "ddtree", "--host", "here", "--yes")
+    code, data, err = run_json(capsys, *h, "apply", "ddtree@3", "--host", "here", "--yes")
     assert code == 0, err
     assert data["status"] == "applied" and data["plan"]["revision"] == 3, data
     assert data["plan"]["kind"] == "upgrade", data["plan"]
@@ -49,7 +50,7 @@ def test_cli_r2_then_r3_pushes_the_worker_then_rollback_twice(capsys, tmp_path, 
     assert pushed == sorted([WORKER, BUDGET, "sglang/srt/arg_groups/fields/spec.py",
                              "sglang/srt/arg_groups/speculative_hook.py"]), data["plan"]["files"]
     assert live_hash(site, WORKER) != r2_worker and live_hash(site, SPEC_INFO) == r2_spec_info
-    code, data, err = run_json(capsys, *h, "status", "--host", "here", "--patchset", "ddtree")
+    code, data, err = run_json(capsys, *h, "status", "--host", "here", "--patchset", "ddtree@3")
     assert code == 0, err
     assert {(f["state"], f["revision"]) for f in data["files"]} == {("patched", 3)}, data["files"]
     assert data["warnings"] == []
@@ -69,8 +70,38 @@ def test_cli_r1_straight_to_r3(capsys, tmp_path, sglpatch_home, local_target):
     h, site = _hosts(tmp_path, local_target), local_target.site_packages
     code, data, err = run_json(capsys, *h, "apply", "ddtree@1", "--host", "here", "--yes")
     assert code == 0, err
-    code, data, err = run_json(capsys, *h, "apply", "ddtree", "--host", "here", "--yes")
+    code, data, err = run_json(capsys, *h, "apply", "ddtree@3", "--host", "here", "--yes")
     assert code == 0, err
     assert data["plan"]["kind"] == "upgrade" and data["plan"]["revision"] == 3, data["plan"]
+    code, data, err = run_json(capsys, *h, "status", "--host", "here", "--patchset", "ddtree@3")
+    assert {(f["state"], f["revision"]) for f in data["files"]} == {("patched", 3)}, data["files"]
+
+
+def test_cli_r3_then_r4_pushes_only_what_changed_then_rollback(capsys, tmp_path, sglpatch_home, local_target):
+    """Revision 4 (chain steps in the budget schedule): a host at revision 3 is recognised
+    (patched@r3), the upgrade pushes the changed files only — the worker, the schedule module and
+    the schedule argument's help among them, never the untouched SGLang files — and a rollback
+    puts revision 3's bytes back."""
+    from sglang_patcher.patchset import load_patchset
+
+    h, site = _hosts(tmp_path, local_target), local_target.site_packages
+    code, data, err = run_json(capsys, *h, "apply", "ddtree@3", "--host", "here", "--yes")
+    assert code == 0, err
+    r3 = {p: live_hash(site, p) for p in (WORKER, BUDGET, SPEC_INFO)}
     code, data, err = run_json(capsys, *h, "status", "--host", "here", "--patchset", "ddtree")
     assert {(f["state"], f["revision"]) for f in data["files"]} == {("patched", 3)}, data["files"]
+
+    code, data, err = run_json(capsys, *h, "apply", "ddtree", "--host", "here", "--yes")
+    assert code == 0, err
+    assert data["plan"]["kind"] == "upgrade" and data["plan"]["revision"] == 4, data["plan"]
+    pushed = {p for p, f in data["plan"]["files"].items() if f["action"] != "none"}
+    assert {WORKER, BUDGET, "sglang/srt/arg_groups/fields/spec.py"} <= pushed, pushed
+    assert SPEC_INFO not in pushed and live_hash(site, SPEC_INFO) == r3[SPEC_INFO]
+    want = load_patchset("ddtree").spec.targets[VERSION].expected
+    assert all(live_hash(site, p) == want[p] for p in pushed), pushed
+    code, data, err = run_json(capsys, *h, "status", "--host", "here", "--patchset", "ddtree")
+    assert {(f["state"], f["revision"]) for f in data["files"]} == {("patched", 4)}, data["files"]
+
+    code, _, err = run_json(capsys, *h, "rollback", "--host", "here")
+    assert code == 0, err
+    assert {p: live_hash(site, p) for p in r3} == r3

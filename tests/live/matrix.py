@@ -36,9 +36,13 @@ TRAINED_ARMS = (
     Arm("ddtree-b4-n8", "DDTREE", 4, (("speculative_ddtree_budget", 8),), sampled=True),
     Arm("ddtree-b4-n8-nooverlap", "DDTREE", 4, (("speculative_ddtree_budget", 8),
                                                 ("disable_overlap_schedule", True))),
-    # budget by batch: 16 nodes alone, 8 from 2 requests, the floor (B - 1 = 3) from 4
+    # budget by batch: 16 nodes alone, DFlash's own step (chain) at 2-3 requests, 8 nodes from 4.
+    # The ragged phase's batch shrinks 5 -> 1, so its requests go tree -> chain -> tree.
     Arm("ddtree-b4-sched", "DDTREE", 4, (("speculative_ddtree_budget", 16),
-                                         ("speculative_ddtree_budget_schedule", "1:16,2:8,4:3")), ragged=True),
+                                         ("speculative_ddtree_budget_schedule", "1:16,2:chain,4:8")), ragged=True),
+    # chain steps only: DFlash's own step inside the DDTREE worker (accept lengths equal DFLASH's)
+    Arm("ddtree-b4-chain", "DDTREE", 4, (("speculative_ddtree_budget", 8),
+                                         ("speculative_ddtree_budget_schedule", "1:chain"))),
     Arm("ddtree-b8-n24-k4", "DDTREE", 8, (("speculative_ddtree_budget", 24),
                                           ("speculative_ddtree_topk", 4))),
 )

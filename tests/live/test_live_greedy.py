@@ -34,9 +34,9 @@ def test_speculative_tokens_equal_target_alone(greedy_runs, fixture_name: str, a
 
 
 def test_budget_schedule_follows_the_shrinking_batch(greedy_runs) -> None:
-    """Budget by batch (16 nodes alone, 8 from 2 requests, 3 from 4): five requests of different
-    lengths at once, so the running batch shrinks 5 -> 1 and the tree widens as it does; every
-    token equals the target's."""
+    """Budget by batch (16 nodes alone, DFlash's own chain step at 2-3 requests, 8 nodes from 4):
+    five requests of different lengths at once, so the running batch shrinks 5 -> 1 and each
+    request's steps go tree -> chain -> tree; every token equals the target's."""
     base, run = greedy_runs["trained"]["target"], greedy_runs["trained"]["ddtree-b4-sched"]
     assert run.ok, f"{run.error}\n{run.log[-3000:]}"
     problems = ls.token_mismatches(base, run, "ragged")
@@ -44,6 +44,19 @@ def test_budget_schedule_follows_the_shrinking_batch(greedy_runs) -> None:
     got = [len(g.output_ids) for g in run.phases["ragged"]]
     from tests.live.matrix import RAGGED_LENGTHS
     assert got == list(RAGGED_LENGTHS), got
+
+
+def test_chain_steps_are_dflash_steps(greedy_runs) -> None:
+    """A schedule of chain steps only ("1:chain") runs DFlash's own decode step inside the DDTREE
+    worker: every request's accept length equals DFLASH's (same draft block, same causal verify),
+    where a tree of the same server budget accepts more (the next test)."""
+    r = greedy_runs["trained"]
+    chain, dflash = r["ddtree-b4-chain"], r["dflash-b4"]
+    assert chain.ok, f"{chain.error}\n{chain.log[-3000:]}"
+    for ph in ("single", "batch"):
+        got, want = chain.accept_lengths(ph), dflash.accept_lengths(ph)
+        assert got and all(v is not None for v in got), got
+        assert got == pytest.approx(want), (ph, got, want)
 
 
 def test_trained_regime_trees_accept_more_than_the_chain(greedy_runs) -> None:

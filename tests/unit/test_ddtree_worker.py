@@ -88,6 +88,26 @@ def test_a_schedule_of_several_widths_is_refused_with_cuda_graphs():
     Wk.check_schedule_without_graphs(parse_schedule("1:99", floor=3, ceiling=16), Runner())  # one width
     with pytest.raises(ValueError, match="--disable-cuda-graph"):
         Wk.check_schedule_without_graphs(several, Runner())
+    # a chain step verifies DFlash's block without the tree mask: another width, refused too
+    with pytest.raises(ValueError, match=r"budgets \[chain, 16\]"):
+        Wk.check_schedule_without_graphs(parse_schedule("1:16,8:chain", floor=3, ceiling=16), Runner())
+    Wk.check_schedule_without_graphs(parse_schedule("1:16,8:chain", floor=3, ceiling=16), None)
+
+
+def test_chain_steps_follow_the_schedule_and_have_no_tree_sizes():
+    """is_chain_step / step_sizes read only the worker's schedule and sizes (no SGLang needed)."""
+    from types import SimpleNamespace
+
+    from patchsets.ddtree.modules.ddtree_budget import parse_schedule
+    from patchsets.ddtree.modules.ddtree_info import DDTreeSizes
+
+    w = SimpleNamespace(ddtree_sizes=DDTreeSizes(4, 16, 16),
+                        budget_schedule=parse_schedule("1:16,2:chain,4:8", floor=3, ceiling=16))
+    assert [Wk.DDTreeWorker.is_chain_step(w, b) for b in (1, 2, 3, 4, 9)] == [False, True, True, False, False]
+    assert Wk.DDTreeWorker.step_sizes(w, 4).budget == 8 and Wk.DDTreeWorker.step_sizes(w, 1).budget == 16
+    with pytest.raises(ValueError, match="chain step"):
+        Wk.DDTreeWorker.step_sizes(w, 2)
+    assert not Wk.DDTreeWorker.is_chain_step(SimpleNamespace(budget_schedule=None), 64)
 
 
 def test_start_up_checks_read_only_what_sglang_has_built_by_then():

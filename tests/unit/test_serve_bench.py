@@ -66,3 +66,50 @@ def test_ratio_and_rendering_show_the_comparison(tmp_path):
     console.print(b)
     text = console.export_text()
     assert "1.50x" in text and "(+25%)" in text and "earlier" in text
+
+
+def sweep_run(revision: int = 4, failed_dflash: int = 0) -> BenchRun:
+    """DDTREE n8 fastest alone, n16 at 2, DFLASH at 8 (the tree no longer pays under load)."""
+    b = BenchRun("gpu", "0.5.23", "ddtree", revision, "/m", "/d", ["--disable-cuda-graph"], 4, 64, 1, "t1")
+    tok = {(1, "DFLASH"): 100, (1, 8): 130, (1, 16): 120, (2, 8): 200, (2, 16): 210, (2, "DFLASH"): 190,
+           (4, 8): 300, (4, 16): 305, (4, "DFLASH"): 290, (8, 8): 400, (8, 16): 380, (8, "DFLASH"): 450}
+    for (c, arm), t in tok.items():
+        if arm == "DFLASH":
+            b.rows.append(Row("DFLASH", "DFLASH", None, c, 8, 512, t, 1.0, 1.0, 2.0, failed=failed_dflash))
+        else:
+            b.rows.append(Row(f"DDTREE n{arm}", "DDTREE", arm, c, 8, 512, t, 1.0, 1.0, 3.0))
+    return b
+
+
+def test_sweep_schedule_is_the_fastest_budget_per_concurrency_or_chain_where_dflash_won():
+    from sglang_patcher.serve.bench import choose_schedule, schedule_text
+
+    assert schedule_text(choose_schedule(sweep_run())) == "1:8,2:16,8:chain"
+    # without chain steps (an older revision): the fastest DDTREE budget everywhere
+    assert schedule_text(choose_schedule(sweep_run(), chain=False)) == "1:8,2:16,8:8"
+    # a DFLASH arm whose requests failed never wins
+    assert schedule_text(choose_schedule(sweep_run(failed_dflash=1))) == "1:8,2:16,8:8"
+    assert choose_schedule(BenchRun("gpu", "0.5.23", None, None, "/m", None, [], 4, 64, 1, "t")) == []
+
+
+@pytest.mark.parametrize(("revision", "want"), [(4, "1:8,2:16,8:chain"), (3, "1:8,2:16,8:8")])
+def test_sweep_writes_the_schedule_into_the_inventory_keeping_comments(tmp_path, revision, want):
+    """`bench --sweep` on a profile served without CUDA graphs: the schedule lands in the host's
+    serve.ddtree (chain entries only for a host that carries ddtree revision 4 or later), the
+    file's comments stay, and the inventory still loads with it."""
+    from sglang_patcher.inventory import load_inventory
+    from sglang_patcher.service import _write_sweep
+
+    inv = tmp_path / "hosts.yaml"
+    inv.write_text("# my hosts\nhosts:\n  gpu:   # the box\n    transport: local\n    python: /usr/bin/python3\n"
+                   "    serve:\n      model: /m\n      draft_model: /d\n      args: [--disable-cuda-graph]\n"
+                   "      ddtree:\n        budget: 8   # keep me\n")
+    host = load_inventory(inv).hosts["gpu"]
+    r = sweep_run(revision)
+    _write_sweep(r, host, host.serve, inv)
+    assert r.schedule == want and "written to" in r.schedule_written
+    text = inv.read_text()
+    assert "# my hosts" in text and "# the box" in text and "# keep me" in text
+    again = load_inventory(inv).hosts["gpu"].serve.ddtree
+    assert again.budget_schedule == want and again.budget == 16      # widened to the widest budget won
+    assert "--speculative-ddtree-budget-schedule" in again.flags()

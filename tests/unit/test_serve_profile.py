@@ -92,3 +92,11 @@ def test_token_comparison_names_the_first_difference():
     assert compare_arms(base, same, ["p"]) == []
     (line,) = compare_arms(base, off, ["p"])
     assert "concurrent" in line and "token 1" in line
+
+
+def test_budget_schedule_takes_numbers_and_chain():
+    p = ServeProfile(model="/m", ddtree={"budget": 32, "budget_schedule": "1:32, 16:Chain"})
+    assert p.ddtree.budget_schedule == "1:32,16:chain"
+    for bad in ("1:0", "1:tree", "x:4", "1:4;2:8"):
+        with pytest.raises(ValueError, match="BATCH:BUDGET"):
+            ServeProfile(model="/m", ddtree={"budget_schedule": bad})

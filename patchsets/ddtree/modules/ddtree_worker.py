@@ -1,6 +1,6 @@
 """DDTreeWorker: DDTree speculative decoding on SGLang 0.5.23's DFlash spec-v2 worker.
 
-Installed as ``sglang/srt/speculative/ddtree_worker.py`` by the ddtree patchset (revision 3);
+Installed as ``sglang/srt/speculative/ddtree_worker.py`` by the ddtree patchset (revision 4);
 ``SpeculativeAlgorithm.create_worker`` returns ``DDTreeWorker`` for ``DDTREE``.
 
 What it keeps from ``DFlashWorkerV2`` (inherited, unchanged): construction of the DFlash draft
@@ -23,6 +23,10 @@ W = max(B, N1)):
 5. commit: the accepted path's target KV moved to the window front (no-op pairs when
    contiguous), the ACCEPTED nodes' hidden states in path order into the draft KV, outputs laid
    out [bs, B] with ``speculative_output_stride = B``.
+
+Budget by batch (``--speculative-ddtree-budget-schedule``, ``ddtree_budget.py``): each decode step
+takes its budget from the running batch size; where the schedule says ``chain`` the step is
+DFlash's own (inherited ``forward_batch_generation``), so that batch size costs what DFLASH costs.
 
 Refused at start-up (ValueError, naming the way out). SGLang 0.5.23 builds this worker before the
 memory pools, the attention backends and the CUDA graphs (``Scheduler.init_model_worker``), so each
@@ -47,7 +51,7 @@ from typing import Any, Callable, Optional
 
 import torch
 
-from .ddtree_budget import BudgetSchedule, load_schedule
+from .ddtree_budget import CHAIN, BudgetSchedule, load_schedule
 from .ddtree_info import (
     DDTreeSizes,
     TopKCandidates,
@@ -172,14 +176,16 @@ def check_captured_verify_width(graph_runner: Any, verify_width: int) -> None:
 
 def check_schedule_without_graphs(schedule: Optional[BudgetSchedule], graph_runner: Any) -> None:
     """Refuse a budget schedule whose widths differ from the one the target's decode CUDA graphs
-    were captured at (this revision captures one verify width). Raises ValueError."""
+    were captured at (this revision captures one verify width; a chain step verifies DFlash's
+    block, another width). Raises ValueError."""
     if schedule is None or graph_runner is None:
         return
     widths = schedule.budgets()
     if widths != [schedule.ceiling]:
+        shown = ", ".join("chain" if n == CHAIN else str(n) for n in widths)
         raise ValueError(
             "DDTREE --speculative-ddtree-budget-schedule gives budgets "
-            f"{widths}, but the target's decode CUDA graphs are captured at one verify width "
+            f"[{shown}], but the target's decode CUDA graphs are captured at one verify width "
             f"(budget {schedule.ceiling} + 1) in this revision of the sglpatch ddtree patchset. "
             "Serve with --disable-cuda-graph, or without the schedule."
         )
@@ -386,7 +392,20 @@ class DDTreeWorker(_WorkerBase):  # type: ignore[misc,valid-type]
         return make_ddtree_draft_input(bonus_tokens=bonus_tokens, new_seq_lens=new_seq_lens)
 
     def forward_batch_generation(self, batch, on_publish=None, grammar_barrier=None, pp_proxy_tensors=None):
-        if batch.forward_mode.is_extend() or batch.is_extend_in_batch or batch.forward_mode.is_idle():
+        """Prefill, idle and chain steps are DFlash's own; other decode steps verify a tree.
+
+        A chain step (the budget schedule says ``chain`` for this batch size) is DFlashWorkerV2's
+        decode step unchanged: the block's argmax chain, verified causally at the block's width.
+        Both steps leave the same state behind (the committed tokens' target hidden states in the
+        draft KV cache, ``DDTreeDraftInputV2`` with the bonus token), so consecutive steps may
+        switch between them as the running batch changes.
+        """
+        if (
+            batch.forward_mode.is_extend()
+            or batch.is_extend_in_batch
+            or batch.forward_mode.is_idle()
+            or self.is_chain_step(len(batch.seq_lens))
+        ):
             return super().forward_batch_generation(
                 batch,
                 on_publish=on_publish,
@@ -396,13 +415,20 @@ class DDTreeWorker(_WorkerBase):  # type: ignore[misc,valid-type]
         return self._ddtree_decode_step(batch, on_publish=on_publish, grammar_barrier=grammar_barrier)
 
     # -- the decode step --------------------------------------------------------------------
+    def is_chain_step(self, batch_size: int) -> bool:
+        """Whether a decode step of ``batch_size`` requests is DFlash's own (schedule: chain)."""
+        return self.budget_schedule is not None and self.budget_schedule.budget_for(batch_size) == CHAIN
+
     def step_sizes(self, batch_size: int) -> DDTreeSizes:
-        """The sizes of a decode step of ``batch_size`` requests: the server's, with the budget
-        the schedule gives for that batch size (top-k unset stays equal to the budget)."""
+        """The sizes of a tree decode step of ``batch_size`` requests: the server's, with the
+        budget the schedule gives for that batch size (top-k unset stays equal to the budget).
+        Raises ValueError for a chain step (it has no tree: see ``is_chain_step``)."""
         sizes = self.ddtree_sizes
         if self.budget_schedule is None:
             return sizes
         n = self.budget_schedule.budget_for(batch_size)
+        if n == CHAIN:
+            raise ValueError(f"a decode step of {batch_size} requests is a chain step: it has no tree sizes")
         if n == sizes.budget:
             return sizes
         topk = n if sizes.topk >= sizes.budget else min(sizes.topk, n)
