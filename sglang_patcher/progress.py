@@ -7,8 +7,9 @@ The work asks a :class:`Meter` for a task and tells it what it did::
         task.advance(nbytes=len(chunk))      # from any thread (a transport's reader thread too)
         task.advance(files=1)
 
-A task that ends with an exception says how far it got ("interrupted after ...") before the
-exception goes on. :data:`SILENT` shows nothing (library calls, tests); :func:`meter_for` picks
+A task that ends with an exception says how far it got before the exception goes on:
+"interrupted after ..." for Ctrl-C, "failed after ..." for an error, each followed by the task's
+``failed_note`` (what was kept, or why it failed: "sglang==X is not available ..."). :data:`SILENT` shows nothing (library calls, tests); :func:`meter_for` picks
 the bars or the plain lines for a console. Plain lines stay quiet for short work: a start line only
 for work announced as large, a line every ``every`` seconds, and a closing line once anything was
 said or the work took longer than ``quiet_s``.
@@ -53,7 +54,7 @@ class Task:
         self.nbytes = 0
         self.files = 0
         self.started = time.monotonic()
-        self.failed_note = ""   # said after "interrupted after ...", e.g. what was kept
+        self.failed_note = ""   # said after "interrupted/failed after ...": what was kept, or why
         self._lock = threading.Lock()
 
     def advance(self, *, nbytes: int = 0, files: int = 0) -> None:
@@ -92,6 +93,16 @@ class Task:
         s = max(self.seconds, 1e-6)
         rate = f" ({human_bytes(self.nbytes / s)}/s)" if self.nbytes and s > 0.05 else ""
         return (", ".join(parts) or "done") + f" in {s:.1f} s" + rate
+
+    def failure(self, exc: BaseException) -> str:
+        """How far the work got when ``exc`` ended it: 'interrupted after …' (Ctrl-C) or 'failed
+        after …' (an error), then ``failed_note``. Work that counted nothing says only its time
+        ('failed after 2.0 s', never 'after done')."""
+        done = self.summary()
+        if not (self.files or self.total_files or self.nbytes or self.total_bytes):
+            done = f"{max(self.seconds, 1e-6):.1f} s"
+        how = "interrupted" if isinstance(exc, KeyboardInterrupt) else "failed"
+        return f"{how} after {done}" + (f" — {self.failed_note}" if self.failed_note else "")
 
 
 class Meter:
@@ -178,8 +189,7 @@ class PlainMeter(Meter):
     def _close(self, task: Task, failed: BaseException | None) -> None:
         assert isinstance(task, _PlainTask)
         if failed is not None:
-            self.say(f"{task.what}: interrupted after {task.summary()}"
-                     + (f" — {task.failed_note}" if task.failed_note else ""))
+            self.say(f"{task.what}: {task.failure(failed)}")
         elif task.said or task.seconds > self.quiet_s:
             self.say(f"{task.what}: {task.summary()}")
 
@@ -226,8 +236,7 @@ class RichMeter(Meter):
     def _close(self, task: Task, failed: BaseException | None) -> None:
         assert isinstance(task, _RichTask)
         task.progress.stop()
-        said = (f"interrupted after {task.summary()}" + (f" — {task.failed_note}" if task.failed_note else "")
-                if failed is not None else task.summary())
+        said = task.failure(failed) if failed is not None else task.summary()
         self.console.print(f"[dim]•[/dim] [bold]{task.what}:[/bold] {said}", highlight=False)
 
 

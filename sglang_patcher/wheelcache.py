@@ -245,11 +245,15 @@ def _download(version: str, wheels: Path, task: Task | None = None) -> Path:
                         hint="check the network and pip's index settings (`pip config list`, PIP_INDEX_URL, "
                              "a proxy); offline, PIP_FIND_LINKS can point pip at a directory holding the "
                              f"sglang-{version} wheel")
+                newest = ", ".join(known[-5:])
+                if task is not None:  # the progress line says it too (not "failed after 2.0 s" alone)
+                    task.failed_note = f"sglang {version} is not available (newest releases: {newest})"
                 raise PatchsetError(  # other releases are listed: this one is missing
-                    f"sglang=={version} is not on PyPI (or has no wheel for Python "
-                    f"{sys.version_info.major}.{sys.version_info.minor} on this platform); "
-                    f"latest known: {', '.join(known[-5:])}",
-                    hint="pick a released version: https://pypi.org/project/sglang/#history")
+                    f"sglang release {version} is not available: sglang=={version} is not on PyPI (or has "
+                    f"no wheel for Python {sys.version_info.major}.{sys.version_info.minor} on this "
+                    f"platform); the newest releases there: {newest}",
+                    hint=f"name a released version instead of {version} (e.g. {known[-1]}; all of them: "
+                         "https://pypi.org/project/sglang/#history) and run the command again")
             lines = [ln for ln in out.strip().splitlines() if ln.strip()][-8:]
             raise PatchsetError(f"pip download sglang=={version} failed (exit {proc.returncode}):\n    "
                                 + "\n    ".join(lines),

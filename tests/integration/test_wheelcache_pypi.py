@@ -83,6 +83,23 @@ def test_version_not_on_pypi_is_one_clear_error(tmp_path, tree):
     assert not any(wheels_dir(tmp_path).iterdir())             # no half download left
 
 
+
+def test_a_missing_release_on_the_command_line_says_it_is_not_available_and_what_to_do(capsys, sglpatch_home):
+    """`sglpatch patchset tree 0.0.999` printed "download sglang==0.0.999: interrupted after done in
+    2.0 s" before the error: nothing was interrupted. The progress line and the error say the release
+    is not available, and the hint names a release to use instead; exit 3."""
+    from sglang_patcher.cli import main
+
+    capsys.readouterr()
+    code = main(["patchset", "tree", "0.0.999"])
+    out, err = capsys.readouterr()
+    err = " ".join(err.split())
+    assert code == 3, out + err
+    assert "interrupted" not in err and "after done" not in err, err
+    assert "download sglang==0.0.999: failed after" in err and "sglang 0.0.999 is not available" in err, err
+    assert "sglang release 0.0.999 is not available" in err and "name a released version" in err, err
+
+
 def test_an_unreachable_index_is_named_as_such_not_as_a_missing_version(tmp_path, monkeypatch):
     """pip reaching no index lists no sglang release at all: that is exit 5 (the index), not
     'not on PyPI' with a hint to pick another version; nothing is left in the cache."""

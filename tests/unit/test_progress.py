@@ -51,6 +51,27 @@ def test_an_interrupted_task_says_how_far_it_got_and_what_was_kept():
     assert lines[-1].endswith("— the mirror is partial: 3 of 10 files kept")
 
 
+
+def test_a_task_ended_by_an_error_says_it_failed_and_why_never_interrupted_after_done():
+    """A missing SGLang release ended the download task with an error and nothing counted: the
+    line read "download sglang==0.0.999: interrupted after done in 2.0 s". An error is a failure
+    (not a Ctrl-C), work that counted nothing says only its time, and the task's note says why."""
+    lines: list[str] = []
+    with pytest.raises(RuntimeError):
+        with PlainMeter(lines.append).task("download sglang==0.0.999") as task:
+            task.failed_note = "sglang 0.0.999 is not available (newest releases: 0.5.23)"
+            raise RuntimeError("not on PyPI")
+    assert re.fullmatch(r"download sglang==0\.0\.999: failed after \d+\.\d s — sglang 0\.0\.999 is not "
+                        r"available \(newest releases: 0\.5\.23\)", lines[-1]), lines
+    out = io.StringIO()
+    meter = meter_for(Console(file=out, force_terminal=True, width=200, color_system=None))
+    with pytest.raises(RuntimeError):
+        with meter.task("download sglang==0.0.999"):
+            raise RuntimeError("not on PyPI")
+    text = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", out.getvalue())
+    assert "failed after" in text and "done" not in text and "interrupted" not in text, text
+
+
 def test_rich_bars_on_a_terminal_give_way_to_one_closing_line():
     out = io.StringIO()
     console = Console(file=out, force_terminal=True, width=120, color_system=None)
