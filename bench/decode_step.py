@@ -102,6 +102,7 @@ sys.path.insert(0, REPO)
 
 from patchsets.ddtree.modules import ddtree_info as D  # noqa: E402
 from patchsets.ddtree.modules.ddtree_budget import (  # noqa: E402
+    CHAIN,
     VerifyCostModel,
     best_budget_per_batch,
 )
@@ -1143,15 +1144,19 @@ def cost_table(rows: Sequence[dict]) -> dict:
         if r["arm"] == "ddtree" and (r["bs"], r["width"]) not in table:
             table[(r["bs"], r["width"])] = dict(batch=r["bs"], tokens=r["width"], budget=r["width"] - 1,
                                                seconds=(r["step_ms"] - r["draft_ms"]) / 1e3)
+    chain = {bs: dflash_step_ms(rows, bs) / 1e3 for bs in sorted({r["bs"] for r in rows if r["arm"] == "dflash"})}
     return dict(format=COST_FORMAT, unit="seconds", draft_s={str(k): v for k, v in sorted(draft.items())},
-                table=[table[k] for k in sorted(table)])
+                chain_s={str(k): v for k, v in chain.items()}, table=[table[k] for k in sorted(table)])
 
 
 def cost_model_from_dict(d: dict) -> VerifyCostModel:
+    """``chain_s`` (DFlash's whole step by batch size; absent in tables written before chain steps)
+    lets the planner choose chain steps."""
     if d.get("format") != COST_FORMAT:
         raise ValueError(f"not a {COST_FORMAT} cost table (format={d.get('format')!r})")
     return VerifyCostModel(table={(int(r["batch"]), int(r["tokens"])): float(r["seconds"]) for r in d["table"]},
-                           draft_s={int(k): float(v) for k, v in d["draft_s"].items()})
+                           draft_s={int(k): float(v) for k, v in d["draft_s"].items()},
+                           chain_s={int(k): float(v) for k, v in d.get("chain_s", {}).items()})
 
 
 def load_cost_model(path: str) -> VerifyCostModel:
@@ -1167,6 +1172,10 @@ def dflash_step_ms(rows: Sequence[dict], bs: int) -> float:
 
 
 def project(rows: Sequence[dict], block: int = 16, fixed: int = 256) -> dict:
+    """Projected committed tokens/s DDTREE / DFLASH per batch size and budget, for each acceptance
+    curve of ``CURVES``; (b) the planner's schedule over the measured budgets and chain steps
+    (revision 4: a chain step IS DFlash's step, so its ratio is 1 by construction, measured as the
+    DFLASH arm); (c) the same planner without chain steps (revision 3)."""
     cost_d = cost_table(rows)
     model = cost_model_from_dict(cost_d)
     floor = block - 1
@@ -1174,8 +1183,12 @@ def project(rows: Sequence[dict], block: int = 16, fixed: int = 256) -> dict:
     ceiling = max(budgets)
     batches = sorted({r["bs"] for r in rows if r["arm"] == "ddtree"})
     out = dict(cost=cost_d, curves={})
-    for name, (acc, chain_acc, desc) in CURVES.items():
-        sched = best_budget_per_batch(batches, acc, model, budgets, floor=floor, ceiling=ceiling)
+    for name, (tree_acc, chain_acc, desc) in CURVES.items():
+        def acc(n: int, _t=tree_acc, _c=chain_acc) -> float:
+            return _c if n == CHAIN else _t(n)
+
+        sched = best_budget_per_batch(batches, acc, model, [CHAIN] + budgets, floor=floor, ceiling=ceiling)
+        trees_only = best_budget_per_batch(batches, acc, model, budgets, floor=floor, ceiling=ceiling)
         per = []
         for bs in batches:
             d_ms = dflash_step_ms(rows, bs)
@@ -1188,11 +1201,17 @@ def project(rows: Sequence[dict], block: int = 16, fixed: int = 256) -> dict:
             if fixed in budgets:
                 entry["fixed"] = dict(budget=fixed, **entry["by_budget"][str(fixed)])
             nb = sched.budget_for(bs)
-            entry["schedule"] = dict(budget=nb, **entry["by_budget"][str(nb)])
+            if nb == CHAIN:
+                entry["schedule"] = dict(budget="chain", step_ms=d_ms, tau=1 + chain_acc, tok_s=d_rate, ratio=1.0)
+            else:
+                entry["schedule"] = dict(budget=nb, **entry["by_budget"][str(nb)])
+            nt = trees_only.budget_for(bs)
+            entry["trees_only"] = dict(budget=nt, **entry["by_budget"][str(nt)])
             per.append(entry)
         goal_all = all(e["schedule"]["ratio"] >= 1.0 for e in per)
         goal_bs1 = next((e["schedule"]["ratio"] for e in per if e["bs"] == 1), float("nan"))
         out["curves"][name] = dict(description=desc, schedule_text=sched.text(),
+                                   trees_only_schedule_text=trees_only.text(),
                                    schedule={str(k): v for k, v in sched.entries}, batches=per,
                                    goal_ratio_ge_1_every_batch=goal_all, ratio_bs1=goal_bs1,
                                    goal_ratio_ge_1_2_bs1=bool(goal_bs1 >= 1.2))
@@ -1202,6 +1221,10 @@ def project(rows: Sequence[dict], block: int = 16, fixed: int = 256) -> dict:
 # ---------------------------------------------------------------------------------------------
 # Tables
 # ---------------------------------------------------------------------------------------------
+def _budget_label(n: object) -> str:
+    return "chain" if n == "chain" else f"N {n}"
+
+
 def tables(rows: Sequence[dict], proj: dict, head: str) -> str:
     lines = [head, ""]
     bss = sorted({r["bs"] for r in rows})
@@ -1252,14 +1275,15 @@ def tables(rows: Sequence[dict], proj: dict, head: str) -> str:
         lines.append("")
         budgets = sorted(int(k) for k in c["batches"][0]["by_budget"])
         lines.append("| bs | DFLASH tau | DFLASH tok/s | " + " | ".join(f"N {n} (tau)" for n in budgets)
-                     + " | (a) fixed 256 | (b) schedule: N -> ratio |")
-        lines.append("|---:|---:|---:|" + "---:|" * len(budgets) + "---:|---|")
+                     + " | (a) fixed 256 | (b) schedule with chain steps: N -> ratio | (c) trees only (r3) |")
+        lines.append("|---:|---:|---:|" + "---:|" * len(budgets) + "---:|---|---|")
         for e in c["batches"]:
             cells = [f"{e['by_budget'][str(n)]['ratio']:.3f} ({e['by_budget'][str(n)]['tau']:.2f})" for n in budgets]
             fx = f"{e['fixed']['ratio']:.3f}" if "fixed" in e else "-"
-            sc = e["schedule"]
+            sc, tr = e["schedule"], e.get("trees_only")
+            trt = f"N {tr['budget']} -> {tr['ratio']:.3f}" if tr else "-"
             lines.append(f"| {e['bs']} | {e['dflash_tau']:.2f} | {e['dflash_tok_s']:.0f} | " + " | ".join(cells)
-                         + f" | {fx} | N {sc['budget']} -> {sc['ratio']:.3f} |")
+                         + f" | {fx} | {_budget_label(sc['budget'])} -> {sc['ratio']:.3f} | {trt} |")
         lines.append("")
         lines.append(f"schedule ({name}): \"{c['schedule_text']}\"; goal ratio >= 1.0 at every batch: "
                      f"{'met' if c['goal_ratio_ge_1_every_batch'] else 'NOT met'}; >= 1.2 at batch 1: "
