@@ -23,9 +23,9 @@ def prune_host(transport: Transport, host: Host, info: HostInfo, *, keep: int = 
     and the local copies of those backups (``home``/backups/<host>/<id>).
 
     A rolled-back deployment's backups are never read again by a rollback; its record stays (the
-    host's history), marked ``backups_pruned``. Active deployments are never touched. Takes the
-    host's lock (not for a dry run). Raises ValueError for keep < 0, StateError for damaged
-    records, DeployError (a pending journal), LockHeldError.
+    host's history), marked ``backups_pruned``. Active deployments are never touched. Takes the host's lock (not for a dry run, nor when nothing is to be deleted: a host
+    never deployed has no state dir to lock, and is "nothing to prune"). Raises ValueError for
+    keep < 0, StateError for damaged records, DeployError (a pending journal), LockHeldError.
     """
     if int(keep) < 0:
         raise ValueError(f"keep must be >= 0, got {keep}")
@@ -42,4 +42,4 @@ def prune_host(transport: Transport, host: Host, info: HostInfo, *, keep: int = 
             if not dry_run:
                 shutil.rmtree(local)
     return PruneResult(host=name, pruned=out.get("pruned", []), kept=out.get("kept", []),
-                       dry_run=bool(out.get("dry_run")))
+                       dry_run=bool(out.get("dry_run")), recorded=out.get("recorded"))

@@ -394,12 +394,14 @@ class RollbackResult:
 @dataclass
 class PruneResult:
     """:func:`prune_host`: the rolled-back deployments whose backups went (``pruned``: id, bytes,
-    dirs), those whose backups were kept, and whether it was a dry run (nothing deleted)."""
+    dirs), those whose backups were kept, whether it was a dry run (nothing deleted) and how many
+    deployment records the host has (``recorded``: 0 for a host never deployed)."""
 
     host: str
     pruned: list[dict[str, Any]]
     kept: list[str]
     dry_run: bool = False
+    recorded: int | None = None
 
     @property
     def freed_bytes(self) -> int:
@@ -411,9 +413,15 @@ class PruneResult:
     def __rich__(self):
         from rich.text import Text
 
+        if not self.pruned:
+            why = ("no sglpatch deployment is recorded on this host" if self.recorded == 0 else
+                   "no rolled-back deployment beyond the --keep newest has backups left")
+            return Text(f"{self.host}: nothing to prune — {why}" + (
+                f"\n  kept: the backups of {', '.join(self.kept)} (--keep); active deployments' are never pruned"
+                if self.kept else ""))
         verb = "would free" if self.dry_run else "freed"
         head = (f"{self.host}: {verb} {self.freed_bytes / 1e6:.1f} MB — the backups of {len(self.pruned)} "
-                f"rolled-back deployment(s)" if self.pruned else f"{self.host}: no backups to prune")
+                f"rolled-back deployment(s)")
         lines = [head] + [f"  {p['id']}: {int(p['bytes']) / 1e6:.2f} MB" for p in self.pruned]
         if self.kept:
             lines.append(f"  kept: the backups of {', '.join(self.kept)} (--keep); active deployments' are never pruned")

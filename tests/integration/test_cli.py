@@ -1013,6 +1013,27 @@ def test_status_expect_turns_the_state_into_the_exit_code(capsys, tmp_path, sglp
     assert run_json(capsys, "--hosts", str(hosts), "rollback", "--host", "here")[0] == 0
 
 
+
+def test_prune_on_a_host_never_deployed_is_nothing_to_prune_not_a_lock_error(capsys, tmp_path, sglpatch_home,
+                                                                             local_target, sshd, sglang_target):
+    """A fresh user's `sglpatch prune --host H` on a host never deployed said it could not take the
+    lock in the state dir (owned by ?) and to set `sudo: true` (exit 8): the state dir does not
+    exist. Nothing to prune, exit 0, over the local transport and over SSH; nothing is created."""
+    from sglang_patcher.inventory import Host
+
+    hosts = write_hosts(tmp_path / "hosts.yaml", Host(name="here", transport="local", python=str(local_target)),
+                        sshd.host_entry(sglang_target, name="gpu-test"))
+    for name, site in (("here", local_target.site_packages), ("gpu-test", sglang_target.site_packages)):
+        code, out, err = run_cli(capsys, "--hosts", str(hosts), "prune", "--host", name)
+        out = " ".join(out.split())
+        assert code == 0, out + err
+        assert f"{name}: nothing to prune — no sglpatch deployment is recorded on this host" in out, out
+        assert "sudo" not in out + err and "lock" not in out + err, out + err
+        code, data, err = run_json(capsys, "--hosts", str(hosts), "prune", "--host", name, "--keep", "0")
+        assert code == 0 and data["pruned"] == [] and data["recorded"] == 0, (data, err)
+        assert not (site / ".sglpatch").exists(), "prune created the host's state dir"
+
+
 def test_prune_frees_the_backups_of_rolled_back_deployments(capsys, tmp_path, sglpatch_home, local_target):
     from sglang_patcher.inventory import Host
 
@@ -1028,6 +1049,6 @@ def test_prune_frees_the_backups_of_rolled_back_deployments(capsys, tmp_path, sg
     assert code == 0 and len(data["pruned"]) == 1 and data["freed_bytes"] > 0 and not data["dry_run"], data
     assert not any(os.path.exists(d) for d in data["pruned"][0]["dirs"])
     code, out, _ = run_cli(capsys, *h, "prune", "--host", "here", "--keep", "1")
-    assert code == 0 and "no backups to prune" in out
+    assert code == 0 and "nothing to prune" in out
     code, _, err = run_cli(capsys, *h, "prune", "--host", "here", "--keep", "-1")
     assert code == 2 and "--keep" in err

@@ -45,7 +45,8 @@ Operations (``args`` keys; every op takes ``site_packages`` and optional ``state
   but the ``keep`` newest (records stay, marked ``backups_pruned`` once their backups are gone);
   active ones are never touched. Refused whole (``not_writable``, before the lock) when this user
   cannot take the lock, rewrite the records or delete every backup path (backups written through
-  ``sudo: true``, pruned without it).
+  ``sudo: true``, pruned without it). With nothing to delete (a host never deployed) it takes no
+  lock and changes nothing. Answers {pruned: [{id, bytes, dirs}], kept, dry_run, recorded}.
 * ``history``  {}: all deployment records, oldest first.
 * ``compile``  {paths}: ``py_compile`` each file (bytecode into a temp dir, never ``__pycache__``).
 * ``backup_tar`` {deployment_id}: writes a tar of ``backups/<id>/`` to stdout (binary).

@@ -99,6 +99,9 @@ def op_prune(a):
         return todo, [r.get("id") for r in done[cut:]]
 
     todo, kept = plan()
+    recorded = len(h.records())
+    if not todo:  # nothing to delete (a host never deployed has no state dir at all): no lock to take
+        return {"pruned": [], "kept": kept, "dry_run": dry, "recorded": recorded}
     if not dry:
         lock, records, bad = undeletable(h, [d for _r, _did, dirs in todo for d in dirs])
         if lock or records or bad:
@@ -126,4 +129,4 @@ def op_prune(a):
     finally:
         if not dry:
             h.release(holder, force=True)
-    return {"pruned": pruned, "kept": kept, "dry_run": dry}
+    return {"pruned": pruned, "kept": kept, "dry_run": dry, "recorded": recorded}
