@@ -23,7 +23,9 @@ def prune_host(transport: Transport, host: Host, info: HostInfo, *, keep: int = 
     and the local copies of those backups (``home``/backups/<host>/<id>).
 
     A rolled-back deployment's backups are never read again by a rollback; its record stays (the
-    host's history), marked ``backups_pruned``. Active deployments are never touched. Takes the host's lock (not for a dry run, nor when nothing is to be deleted: a host
+    host's history), marked ``backups_pruned``; the edited copies a forced rollback kept beside
+    them (``<id>.drifted/``) go too, and the result names them. Active deployments are never
+    touched. Takes the host's lock (not for a dry run, nor when nothing is to be deleted: a host
     never deployed has no state dir to lock, and is "nothing to prune"). Raises ValueError for
     keep < 0, StateError for damaged records, DeployError (a pending journal), LockHeldError.
     """

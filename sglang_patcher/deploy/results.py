@@ -394,8 +394,9 @@ class RollbackResult:
 @dataclass
 class PruneResult:
     """:func:`prune_host`: the rolled-back deployments whose backups went (``pruned``: id, bytes,
-    dirs), those whose backups were kept, whether it was a dry run (nothing deleted) and how many
-    deployment records the host has (``recorded``: 0 for a host never deployed)."""
+    dirs, ``drifted`` — the edited copies a forced rollback kept, which go with them), those whose
+    backups were kept, whether it was a dry run (nothing deleted) and how many deployment records
+    the host has (``recorded``: 0 for a host never deployed)."""
 
     host: str
     pruned: list[dict[str, Any]]
@@ -407,8 +408,14 @@ class PruneResult:
     def freed_bytes(self) -> int:
         return sum(int(p.get("bytes", 0)) for p in self.pruned)
 
+    @property
+    def drifted(self) -> dict[str, list[str]]:
+        """{deployment id: the edited copies of its files that go} — only ids that have some."""
+        return {str(p["id"]): list(p["drifted"]) for p in self.pruned if p.get("drifted")}
+
     def to_json(self) -> dict[str, Any]:
-        return {**asdict(self), "freed_bytes": self.freed_bytes}
+        return {**asdict(self), "freed_bytes": self.freed_bytes,
+                "drifted_copies": sum(len(v) for v in self.drifted.values())}
 
     def __rich__(self):
         from rich.text import Text
@@ -420,9 +427,20 @@ class PruneResult:
                 f"\n  kept: the backups of {', '.join(self.kept)} (--keep); active deployments' are never pruned"
                 if self.kept else ""))
         verb = "would free" if self.dry_run else "freed"
+        copies = sum(len(v) for v in self.drifted.values())
         head = (f"{self.host}: {verb} {self.freed_bytes / 1e6:.1f} MB — the backups of {len(self.pruned)} "
-                f"rolled-back deployment(s)")
-        lines = [head] + [f"  {p['id']}: {int(p['bytes']) / 1e6:.2f} MB" for p in self.pruned]
+                f"rolled-back deployment(s)" + (
+                    f", with {copies} edited cop{'y' if copies == 1 else 'ies'} of files that `rollback --force` "
+                    f"kept (backups/<id>.drifted/ on the host: {'they would go' if self.dry_run else 'gone'})"
+                    if copies else ""))
+        lines = [head]
+        for p in self.pruned:
+            lines.append(f"  {p['id']}: {int(p['bytes']) / 1e6:.2f} MB")
+            d = p.get("drifted") or []
+            if d:
+                lines.append(f"    {'would delete' if self.dry_run else 'deleted'} {len(d)} edited cop"
+                             f"{'y' if len(d) == 1 else 'ies'} kept by `rollback --force` ({p['id']}.drifted/): "
+                             + ", ".join(d))
         if self.kept:
             lines.append(f"  kept: the backups of {', '.join(self.kept)} (--keep); active deployments' are never pruned")
         return Text("\n".join(lines))

@@ -662,3 +662,31 @@ def test_a_dry_run_says_what_would_be_written_and_an_apply_what_was(env):
     assert "would be written" in _text(res.plan)  # the plan alone, as the prompt shows it
     done = _text(res)
     assert "file(s) written" in done and "would be written" not in done, done
+
+
+def test_prune_names_the_edited_copies_a_forced_rollback_kept_before_deleting_them(env):
+    """`rollback --force` keeps a file's edited bytes under backups/<id>.drifted/; prune deleted
+    them with the backups and said nothing. The dry run and the prune name them (count and paths)
+    and the prune still deletes them; a deployment without such copies says nothing of them."""
+    from sglang_patcher.deploy import prune_host
+
+    forced = apply(env).deployment_id
+    (env.sp / SPEC).write_bytes((env.sp / SPEC).read_bytes() + b"# edited on the host\n")
+    rollback_host(env.t, env.host, env.info, home=env.home, force=True)
+    drifted = env.sp / ".sglpatch" / "backups" / f"{forced}.drifted"
+    assert (drifted / SPEC).is_file()
+    plain = apply(env).deployment_id
+    rollback_host(env.t, env.host, env.info, home=env.home)
+    dry = prune_host(env.t, env.host, env.info, keep=0, dry_run=True, home=env.home)
+    assert dry.drifted == {forced: [SPEC]} and dry.to_json()["drifted_copies"] == 1
+    text = " ".join(_text(dry).split())
+    assert "with 1 edited copy of files that `rollback --force` kept" in text, text
+    assert f"would delete 1 edited copy kept by `rollback --force` ({forced}.drifted/): {SPEC}" in text, text
+    assert (drifted / SPEC).is_file()
+    res = prune_host(env.t, env.host, env.info, keep=0, home=env.home)
+    assert [p["id"] for p in res.pruned] == [forced, plain] and res.drifted == {forced: [SPEC]}
+    text = " ".join(_text(res).split())
+    assert f"deleted 1 edited copy kept by `rollback --force` ({forced}.drifted/): {SPEC}" in text, text
+    assert text.count("edited cop") == 2  # the head and the forced one's line; none for the plain one
+    assert not drifted.exists()
+    assert_release(env)

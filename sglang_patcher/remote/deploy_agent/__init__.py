@@ -46,7 +46,8 @@ Operations (``args`` keys; every op takes ``site_packages`` and optional ``state
   active ones are never touched. Refused whole (``not_writable``, before the lock) when this user
   cannot take the lock, rewrite the records or delete every backup path (backups written through
   ``sudo: true``, pruned without it). With nothing to delete (a host never deployed) it takes no
-  lock and changes nothing. Answers {pruned: [{id, bytes, dirs}], kept, dry_run, recorded}.
+  lock and changes nothing. Answers {pruned: [{id, bytes, dirs, drifted}], kept, dry_run,
+  recorded}: ``drifted`` the edited copies a forced rollback kept (``<id>.drifted/``) that go too.
 * ``history``  {}: all deployment records, oldest first.
 * ``compile``  {paths}: ``py_compile`` each file (bytecode into a temp dir, never ``__pycache__``).
 * ``backup_tar`` {deployment_id}: writes a tar of ``backups/<id>/`` to stdout (binary).

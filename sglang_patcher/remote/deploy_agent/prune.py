@@ -1,5 +1,6 @@
 """``prune``: delete the backups of rolled-back deployments but the newest few; their records
-stay (the host's history), marked ``backups_pruned``."""
+stay (the host's history), marked ``backups_pruned``. The edited copies a forced rollback kept
+(``backups/<id>.drifted/``) go with them, and each answer names them (``drifted``)."""
 
 from __future__ import annotations
 
@@ -21,6 +22,15 @@ def _tree_bytes(path):
             except OSError:
                 pass
     return total
+
+
+def _files(top):
+    """The files under ``top`` as sorted paths relative to it ([] when it does not exist): the
+    edited bytes a forced rollback kept, named by their site-packages paths."""
+    out = []
+    for dirpath, _dirs, names in os.walk(top):
+        out += [os.path.relpath(os.path.join(dirpath, n), top).replace(os.sep, "/") for n in names]
+    return sorted(out)
 
 
 def undeletable(h, dirs):
@@ -113,6 +123,7 @@ def op_prune(a):
         pruned = []
         for r, did, dirs in todo:
             size = sum(_tree_bytes(d) for d in dirs)
+            drifted = _files(os.path.join(h.backups_dir, did + ".drifted"))  # said before they go
             if not dry:
                 left = []
                 for d in dirs:
@@ -125,7 +136,7 @@ def op_prune(a):
                                files=left, pruned=pruned)
                 r["backups_pruned"] = now()
                 write_json(h.record_path(did), r)   # after the deletion: a record never says pruned
-            pruned.append({"id": did, "bytes": size, "dirs": dirs})  # while its backups are there
+            pruned.append({"id": did, "bytes": size, "dirs": dirs, "drifted": drifted})  # while its backups are there
     finally:
         if not dry:
             h.release(holder, force=True)
