@@ -3,8 +3,9 @@
 A server pays this once per budget N on its first DDTREE step (Triton JIT-compiles, then caches),
 and a lent GPU machine pays it on every cold start. Compiles ``_beam_prune_kernel`` with the
 launch's constexprs for each N given (gen_wide 2: W = 2 * NP) from this checkout's
-``ddtree_kernels.py`` and, with ``--rev REV``, from that git revision's, side by side in fresh
-Triton caches; prints seconds per compile (median of ``--reps``) and the ratio.
+``patchsets/ddtree/kernels/ddtree_beam.py`` and, with ``--rev REV``, from that git revision's
+(``patchsets/ddtree/modules/ddtree_kernels.py`` before the kernels were split by stage), side by
+side in fresh Triton caches; prints seconds per compile (median of ``--reps``) and the ratio.
 
     python3 bench/compile_time.py --rev 446fe4d --budgets 512
 """
@@ -28,7 +29,7 @@ def beam_case(n: int) -> tuple[dict, dict, int]:
     sys.path.insert(0, str(ROOT))
     from patchsets.ddtree.modules.ddtree_tree import candidate_pairs
 
-    from patchsets.ddtree.modules import ddtree_kernels as k
+    from patchsets.ddtree.kernels import ddtree_beam as k
 
     consts, warps = k.beam_prune_constexprs(15, n, n, candidate_pairs(n, n, "cpu")[0].numel())
     sig = k.BEAM_PRUNE_SIGNATURE
@@ -41,7 +42,10 @@ def compile_seconds(tree: Path, n: int) -> float:
     code = (f"import sys, time; sys.path.insert(0, {str(ROOT / 'bench')!r}); import compile_time as c;"
             f"sig, consts, warps = c.beam_case({n}); sys.path.insert(0, {str(tree)!r});"
             f"[sys.modules.pop(m) for m in list(sys.modules) if m.split('.')[0] == 'patchsets'];"
-            f"import triton; from patchsets.ddtree.modules import ddtree_kernels as k;"
+            f"import importlib, triton;"
+            f"k = importlib.import_module('patchsets.ddtree.kernels.ddtree_beam'"
+            f" if {(tree / 'patchsets/ddtree/kernels/ddtree_beam.py').is_file()!r}"
+            f" else 'patchsets.ddtree.modules.ddtree_kernels');"
             f"assert k.__file__.startswith({str(tree)!r}), k.__file__;"
             f"from triton.backends.compiler import GPUTarget; from triton.compiler import ASTSource;"
             f"t = time.perf_counter();"
@@ -60,7 +64,7 @@ def compile_seconds(tree: Path, n: int) -> float:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--rev", help="also compile this git revision's ddtree_kernels.py, side by side")
+    ap.add_argument("--rev", help="also compile this git revision's pruned beam, side by side")
     ap.add_argument("--budgets", default="512", help="comma-separated N (default 512)")
     ap.add_argument("--reps", type=int, default=1, help="compiles per version and N (median)")
     args = ap.parse_args()

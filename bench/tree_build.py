@@ -25,9 +25,9 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from _timing import cpu_median_us, gpu_eager_median_us, gpu_graph_median_us  # noqa: E402
 
-from patchsets.ddtree.modules.ddtree_kernels import (  # noqa: E402
-    beam_prune_triton, beam_select_triton, beam_triton, label_count_triton, lse_triton, prep_chunked_triton,
-    tie_fix_triton, tree_mask_triton)
+from patchsets.ddtree.kernels.ddtree_beam import beam_prune_triton, beam_select_triton, beam_triton  # noqa: E402
+from patchsets.ddtree.kernels.ddtree_prep import lse_triton, prep_chunked_triton, tie_fix_triton  # noqa: E402
+from patchsets.ddtree.kernels.ddtree_verify_inputs import label_count_triton, tree_mask_triton  # noqa: E402
 from patchsets.ddtree.modules.ddtree_reference import build_tree_reference_from_topk  # noqa: E402
 from patchsets.ddtree.modules.ddtree_tree import (  # noqa: E402
     build_custom_mask,

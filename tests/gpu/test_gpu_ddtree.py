@@ -91,7 +91,8 @@ def test_cuda_tree_equals_cpu_reference(dtype, V, N, K, kind):
 
 @pytest.mark.parametrize("N", [1, 16, 100, 512, 1024])
 def test_triton_paths_equal_torch(N):
-    from patchsets.ddtree.modules import ddtree_kernels as KR
+    from patchsets.ddtree.kernels import ddtree_beam as KB
+    from patchsets.ddtree.kernels import ddtree_verify_inputs as KV
     from patchsets.ddtree.modules.ddtree_tree import _beam_search, candidate_pairs
 
     bs, L, V = 8, 15, 4096
@@ -111,18 +112,18 @@ def test_triton_paths_equal_torch(N):
     assert torch.equal(lse4, lse3) and torch.equal(lp4, lp3)
     # fused beam == torch beam on the same log-probs (bit for bit)
     ci, ck = candidate_pairs(N, lp.shape[-1], lp.device)
-    for a, b in zip(_beam_search(lp, N), KR.beam_triton(lp, N, ci, ck)[:4]):
+    for a, b in zip(_beam_search(lp, N), KB.beam_triton(lp, N, ci, ck)[:4]):
         assert torch.equal(a, b)
     # selection beam == sort beam, gtop included; pruned beam == sort beam where it survives
-    full = KR.beam_triton(lp, N, ci, ck)
-    for a, b in zip(full, KR.beam_select_triton(lp, N, ci, ck)):
+    full = KB.beam_triton(lp, N, ci, ck)
+    for a, b in zip(full, KB.beam_select_triton(lp, N, ci, ck)):
         assert torch.equal(a, b)
-    assert_prune_beam_matches(full, KR.beam_prune_triton(lp, N, ci, ck))
+    assert_prune_beam_matches(full, KB.beam_prune_triton(lp, N, ci, ck))
     xp = logits(N + 7, bs, L, V, torch.bfloat16, "peaked").to(DEV)
     lpp, _, _ = draft_topk(xp, N, use_triton=True)
-    full_p = KR.beam_triton(lpp, N, ci, ck)
+    full_p = KB.beam_triton(lpp, N, ci, ck)
     for bound in ("none", "chain", "tight"):  # every score bound: same gtop, beams still prefixes
-        assert_prune_beam_matches(full_p, KR.beam_prune_triton(lpp, N, ci, ck, bound=bound))
+        assert_prune_beam_matches(full_p, KB.beam_prune_triton(lpp, N, ci, ck, bound=bound))
     ts = build_ddtree(x, torch.arange(bs, device=DEV), N, N, request_budget=rb, use_triton=True,
                       beam="select")
     t = build_ddtree(x, torch.arange(bs, device=DEV), N, N, request_budget=rb, use_triton=True)
@@ -135,7 +136,7 @@ def test_triton_paths_equal_torch(N):
         for f in ("depths", "valid", "retrieve_next_token", "retrieve_next_sibling", "tree_mask",
                   "num_nodes"):
             assert torch.equal(getattr(t, f), getattr(t2, f)), f
-    for a, b in zip(build_tree_arrays(t.parents, t.valid, L), KR.tree_arrays_triton(t.parents, t.valid, L)):
+    for a, b in zip(build_tree_arrays(t.parents, t.valid, L), KV.tree_arrays_triton(t.parents, t.valid, L)):
         assert torch.equal(a, b)
     assert_tree_arrays_match(t)  # the links the label kernel wrote
     pl = torch.randint(0, 300, (bs,), device=DEV)
@@ -262,11 +263,11 @@ def test_bound_prep_equals_radix_at_scale(kind):
     """prep="bound" (sub-block maxima bound, candidates only; overflowing rows redone by the one-launch
     radix fallback) == prep="radix" bit for bit at bs 64 x L 15 rows of V = 151,936 (ties overflow
     the candidate cap and take the fallback), and the trees built from both are identical."""
-    from patchsets.ddtree.modules import ddtree_kernels as KR
+    from patchsets.ddtree.kernels import ddtree_prep as KP
 
     x = logits(11, 64, 15, 151_936, torch.bfloat16, kind).to(DEV).reshape(960, 151_936)
     for k in (16, 256, 1024):
-        a, b = KR.topk_bound_triton(x, k), KR.topk_radix_triton(x, k)
+        a, b = KP.topk_bound_triton(x, k), KP.topk_radix_triton(x, k)
         for u, v, name in zip(a, b, ("lp", "ids", "lse")):
             assert torch.equal(u, v), (kind, k, name)
     x3 = x.view(64, 15, 151_936)[:8]

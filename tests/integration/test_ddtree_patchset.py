@@ -1,4 +1,4 @@
-"""The ddtree patchset (current revision: 2) against the real sglang 0.5.23 wheel, and its L1 check for real.
+"""The ddtree patchset (current revision: 4) against the real sglang 0.5.23 wheel, and its L1 check for real.
 
 * The series applies to the pristine wheel tree with GNU ``patch --fuzz=0`` and with the project's
   strict applier (``Patchset.render``), and both give exactly the manifest's ``expected`` hashes; the
@@ -38,7 +38,7 @@ DDTREE = REPO / "patchsets" / "ddtree"
 L1_SCRIPT = DDTREE / "checks" / "l1_ddtree.py"
 README = DDTREE / "README.md"
 V = "0.5.23"
-L1_CHECKS = 26          # revision 3 (revision 2 had 25, revision 1 had 10)
+L1_CHECKS = 30          # revision 4 (revision 3 had 26, revision 2 had 25, revision 1 had 10)
 
 
 def _sha(data: bytes) -> str:
@@ -145,26 +145,50 @@ def test_revision_1_is_frozen_and_recognised_by_revision_2(ps, tree):
 def test_revision_2_is_frozen_and_recognised_by_revision_3(ps, tree):
     """Revision 3 changes the worker (its start-up checks, the budget schedule), adds
     ddtree_budget.py and the schedule's argument and validation; revision 2 stays loadable and
-    rendering as ``ddtree@2`` and is recognised by its hashes."""
-    r2 = load_patchset("ddtree@2")
-    assert (ps.revision, r2.revision) == (3, 2)
+    rendering as ``ddtree@2`` and is recognised by its hashes (by revision 3 and by the current one)."""
+    r2, r3 = load_patchset("ddtree@2"), load_patchset("ddtree@3")
+    assert (r3.revision, r2.revision) == (3, 2)
     assert r2.root == DDTREE / "history" / "r2"
     r2.render(V, tree.read)
-    assert ps.spec.history[2][V] == r2.target(V).expected
-    assert ps.spec.history[1][V] == r2.spec.history[1][V]
-    changed = {p for p, sha in r2.target(V).expected.items() if ps.target(V).expected[p] != sha}
+    assert r3.spec.history[2][V] == ps.spec.history[2][V] == r2.target(V).expected
+    assert ps.spec.history[1][V] == r3.spec.history[1][V] == r2.spec.history[1][V]
+    changed = {p for p, sha in r2.target(V).expected.items() if r3.target(V).expected[p] != sha}
     assert changed == {"sglang/srt/speculative/ddtree_worker.py", "sglang/srt/arg_groups/fields/spec.py",
                        "sglang/srt/arg_groups/speculative_hook.py"}
     for path, sha in r2.target(V).expected.items():
-        assert ps.classify(path, sha, version=V) == ("patched@r2" if path in changed else "patched"), path
-    assert set(ps.target(V).expected) - set(r2.target(V).expected) == {"sglang/srt/speculative/ddtree_budget.py"}
+        assert r3.classify(path, sha, version=V) == ("patched@r2" if path in changed else "patched"), path
+    assert set(r3.target(V).expected) - set(r2.target(V).expected) == {"sglang/srt/speculative/ddtree_budget.py"}
 
 
-def test_new_modules_are_installed_into_sglang_speculative(ps):
+def test_revision_3_is_frozen_and_recognised_by_revision_4(ps, tree):
+    """Revision 4 (chain steps in the budget schedule; the Triton kernels by pipeline stage in
+    sglang/kernels/ops/speculative/) no longer installs revision 3's ddtree_kernels.py: revision 3
+    stays loadable and rendering as ``ddtree@3``, its files are recognised by their hashes, the
+    kernel module among them (an upgrade deletes it), and nothing of revision 3 is left untracked."""
+    r3 = load_patchset("ddtree@3")
+    assert (ps.revision, r3.revision) == (4, 3)
+    assert r3.root == DDTREE / "history" / "r3"
+    r3.render(V, tree.read)
+    e3, e4 = r3.target(V).expected, ps.target(V).expected
+    assert ps.spec.history[3][V] == e3
+    retired = set(e3) - set(e4)
+    assert retired == {"sglang/srt/speculative/ddtree_kernels.py"}
+    assert set(e4) - set(e3) == {f"sglang/kernels/ops/speculative/ddtree_{m}.py"
+                                 for m in ("keys", "prep", "beam", "verify_inputs", "walk")}
+    changed = {p for p, sha in e3.items() if p in e4 and e4[p] != sha}
+    # the kernels' callers changed with the move (their imports), the rest is the chain steps' change
+    assert {"sglang/srt/speculative/ddtree_tree.py", "sglang/srt/speculative/ddtree_accept.py"} <= changed
+    for path, sha in e3.items():
+        assert ps.classify(path, sha, version=V) == ("patched@r3" if path in changed | retired else "patched"), path
+    assert ps.classify("sglang/srt/speculative/ddtree_kernels.py", None, version=V) == "pristine"
+
+
+def test_new_modules_are_installed_into_sglang_speculative_and_kernels_beside_sglangs(ps):
     t = ps.target(V)
-    want = {"ddtree_reference", "ddtree_tree", "ddtree_accept", "ddtree_kernels", "ddtree_info", "ddtree_budget",
-            "ddtree_worker"}
-    assert t.new_files == {f"sglang/srt/speculative/{m}.py": f"modules/{m}.py" for m in want}
+    want = {"ddtree_reference", "ddtree_tree", "ddtree_accept", "ddtree_info", "ddtree_budget", "ddtree_worker"}
+    kernels = {"ddtree_keys", "ddtree_prep", "ddtree_beam", "ddtree_verify_inputs", "ddtree_walk"}
+    assert t.new_files == {**{f"sglang/srt/speculative/{m}.py": f"modules/{m}.py" for m in want},
+                           **{f"sglang/kernels/ops/speculative/{m}.py": f"kernels/{m}.py" for m in kernels}}
 
 
 def test_patched_files_compile(ps, tree, tmp_path):

@@ -15,7 +15,10 @@ pytest.importorskip("triton")
 if os.environ.get("TRITON_INTERPRET") != "1":
     pytest.skip("needs TRITON_INTERPRET=1 to run Triton kernels on CPU tensors", allow_module_level=True)
 
-from patchsets.ddtree.modules import ddtree_kernels as KR  # noqa: E402
+from patchsets.ddtree.kernels import ddtree_beam as KB  # noqa: E402
+from patchsets.ddtree.kernels import ddtree_prep as KP  # noqa: E402
+from patchsets.ddtree.kernels import ddtree_verify_inputs as KV  # noqa: E402
+from patchsets.ddtree.kernels import ddtree_walk as KW  # noqa: E402
 
 pytestmark = pytest.mark.slow  # the interpreter is slow (~4 min for this file)
 from patchsets.ddtree.modules.ddtree_accept import greedy_accept  # noqa: E402
@@ -35,19 +38,21 @@ def test_triton_kernels_equal_torch(seed):
     x = torch.randn(bs, L, V, generator=g) * 2
     t = build_ddtree(x, torch.arange(bs), N, max(1, N // 4),
                      request_budget=torch.tensor([N, N // 2, 1]), use_triton=False)
-    for u, v in zip(build_tree_arrays(t.parents, t.valid, L), KR.tree_arrays_triton(t.parents, t.valid, L)):
+    for u, v in zip(build_tree_arrays(t.parents, t.valid, L), KV.tree_arrays_triton(t.parents, t.valid, L)):
         assert torch.equal(u, v)
     pl = torch.tensor([3, 0, 5])
     m1 = build_custom_mask(t, pl, use_triton=False)
     m2 = torch.zeros_like(m1)
-    KR.custom_mask_triton(t.tree_mask, pl, m2)
+    KV.custom_mask_triton(t.tree_mask, pl, m2)
     assert torch.equal(m1, m2)
     follow = torch.gather(t.tokens, 1, t.retrieve_next_token.clamp(min=0))
     tgt = torch.where(torch.rand(bs, N + 1, generator=g) < 0.7, follow, torch.randint(0, V, (bs, N + 1), generator=g))
-    a, b = greedy_accept(t, tgt, use_triton=False), KR.greedy_walk_triton(t, tgt)
-    assert torch.equal(a.accept_index, b.accept_index)
-    assert torch.equal(a.accept_length, b.accept_length)
-    assert torch.equal(a.bonus_token, b.bonus_token)
+    a, b = greedy_accept(t, tgt, use_triton=False), greedy_accept(t, tgt, use_triton=True)
+    walk = KW.greedy_walk_triton(t.tokens, t.parents, t.valid, t.max_depth, tgt)
+    for got in ((b.accept_index, b.accept_length, b.bonus_token), walk):
+        assert torch.equal(a.accept_index, got[0])
+        assert torch.equal(a.accept_length, got[1])
+        assert torch.equal(a.bonus_token, got[2])
 
 
 # Small sizes on purpose: the interpreter runs tl.sort slowly (the GPU run covers N up to 1024).
@@ -84,14 +89,14 @@ def test_triton_tree_path_equals_reference(seed, L, V, N, K, kind):
     # fused beam == torch beam on the same log-probs
     ci, ck = candidate_pairs(N, lp_t.shape[-1], "cpu")
     ref_beam = _beam_search(lp_t, N)
-    got_beam = KR.beam_triton(lp_t, N, ci, ck)
+    got_beam = KB.beam_triton(lp_t, N, ci, ck)
     for a, b in zip(ref_beam, got_beam[:4]):
         assert torch.equal(a, b)
     # selection beam == sort beam (gtop included)
-    for a, b in zip(got_beam, KR.beam_select_triton(lp_t, N, ci, ck)):
+    for a, b in zip(got_beam, KB.beam_select_triton(lp_t, N, ci, ck)):
         assert torch.equal(a, b)
     # pruned beam == sort beam on every surviving entry
-    assert_prune_beam_matches(got_beam, KR.beam_prune_triton(lp_t, N, ci, ck))
+    assert_prune_beam_matches(got_beam, KB.beam_prune_triton(lp_t, N, ci, ck))
     tree = build_ddtree(x, roots, N, K, request_budget=rb, use_triton=True)
     assert_tree_arrays_match(tree)  # the links written by the label kernel
     for b in range(bs):
@@ -133,10 +138,10 @@ def test_select_beam_and_radix_prep_property(seed, L, V, N, kf, ties):
     _, ids_c, _ = draft_topk(x, K, use_triton=False)
     assert torch.equal(ids_r, ids_c)
     ci, ck = candidate_pairs(N, lp_r.shape[-1], "cpu")
-    full = KR.beam_triton(lp_r, N, ci, ck)
-    for a, b in zip(full, KR.beam_select_triton(lp_r, N, ci, ck)):
+    full = KB.beam_triton(lp_r, N, ci, ck)
+    for a, b in zip(full, KB.beam_select_triton(lp_r, N, ci, ck)):
         assert torch.equal(a, b)
-    assert_prune_beam_matches(full, KR.beam_prune_triton(lp_r, N, ci, ck))
+    assert_prune_beam_matches(full, KB.beam_prune_triton(lp_r, N, ci, ck))
 
 
 @pytest.mark.parametrize("bound", ["chain", "tight"])
@@ -155,9 +160,9 @@ def test_score_bound_prunes_without_changing_the_tree(dead, bound):
         lp[0, 4] = float("-inf")
         lp[1, 1:, 40:] = float("-inf")
     ci, ck = candidate_pairs(N, N, "cpu")
-    off = KR.beam_prune_triton(lp, N, ci, ck, bound="none")
-    on = KR.beam_prune_triton(lp, N, ci, ck, bound=bound, tight_programs=16)
-    full = KR.beam_triton(lp, N, ci, ck)
+    off = KB.beam_prune_triton(lp, N, ci, ck, bound="none")
+    on = KB.beam_prune_triton(lp, N, ci, ck, bound=bound, tight_programs=16)
+    full = KB.beam_triton(lp, N, ci, ck)
     assert_prune_beam_matches(full, off)
     assert_prune_beam_matches(full, on)
     assert torch.equal(off[4], on[4])
@@ -193,7 +198,7 @@ def test_tight_bound_thresholds_are_proven(kind):
     N = 48
     x = draft_logits(3, 2, 6, 120, kind=kind)
     lp, ids, _ = draft_topk(x, N, use_triton=False)
-    tval = KR.tight_bound_triton(lp, N, programs=8)
+    tval = KB.tight_bound_triton(lp, N, programs=8)
     assert tval.shape == (2, 8)
     for b in range(2):
         tree = build_tree_reference_from_topk(lp[b], ids[b], N)
@@ -230,11 +235,11 @@ def test_pruned_beam_property(seed, L, V, N, kf, kind, tiers, wide, gen, gen_wid
     x = draft_logits(seed, 3, L, V, kind=kind)
     lp, ids, _ = draft_topk(x, K, use_triton=False)
     ci, ck = candidate_pairs(N, lp.shape[-1], "cpu")
-    full = KR.beam_triton(lp, N, ci, ck)
-    assert_prune_beam_matches(full, KR.beam_prune_triton(lp, N, ci, ck, tiers=tiers, wide=wide, gen=gen,
+    full = KB.beam_triton(lp, N, ci, ck)
+    assert_prune_beam_matches(full, KB.beam_prune_triton(lp, N, ci, ck, tiers=tiers, wide=wide, gen=gen,
                                                          gen_wide=gen_wide, bound=bound, tight_programs=8))
     if (tiers, wide, gen, gen_wide, bound) != ((64, 256), None, True, 2, "chain"):
-        assert_prune_beam_matches(full, KR.beam_prune_triton(lp, N, ci, ck))
+        assert_prune_beam_matches(full, KB.beam_prune_triton(lp, N, ci, ck))
     rb = torch.tensor([N, max(0, N // 2), 1])
     roots = torch.tensor([4, 5, 6])
     want = build_ddtree_from_topk(lp, ids, roots, N, rb, use_triton=True, beam="sort")
@@ -271,7 +276,7 @@ def test_radix_prep_programs_per_row(seed, R, V, chunk, kind):
     lse0 = None
     for k in (1, V // 3, V):
         for P in (None, 1, 2, 3, 5):
-            lp, ids, lse = KR.topk_radix_triton(x, k, chunk=chunk, programs_per_row=P)
+            lp, ids, lse = KP.topk_radix_triton(x, k, chunk=chunk, programs_per_row=P)
             assert torch.equal(ids, order[:, :k]), (k, P)
             assert torch.equal(lp, torch.clamp(xf.gather(1, ids) - lse[:, None], max=0.0)), (k, P)
             lse0 = lse if lse0 is None else lse0
@@ -309,10 +314,10 @@ def test_nan_and_out_of_contract_lp_build_the_same_valid_tree_everywhere(case):
             lp = torch.full((bs, L, K), -0.0)
     roots = torch.tensor([5, 6])
     ci, ck = candidate_pairs(N, K, "cpu")
-    full = KR.beam_triton(lp, N, ci, ck)
-    for a, b in zip(full, KR.beam_select_triton(lp, N, ci, ck)):
+    full = KB.beam_triton(lp, N, ci, ck)
+    for a, b in zip(full, KB.beam_select_triton(lp, N, ci, ck)):
         assert torch.equal(a, b)
-    assert_prune_beam_matches(full, KR.beam_prune_triton(lp, N, ci, ck, tiers=(2, 4)))
+    assert_prune_beam_matches(full, KB.beam_prune_triton(lp, N, ci, ck, tiers=(2, 4)))
     want = build_ddtree_from_topk(lp, ids, roots, N, use_triton=False)
     for beam in ("sort", "select", "prune"):
         got = build_ddtree_from_topk(lp, ids, roots, N, use_triton=True, beam=beam)
@@ -332,31 +337,31 @@ def test_pruned_beam_tiers_wide_and_warps_must_be_powers_of_two():
     ci, ck = torch.zeros(4, dtype=torch.int64), torch.arange(4)
     for bad in ((3, 8), (0, 4), (4, -2)):
         with pytest.raises(ValueError, match="tiers must be two powers of 2"):
-            KR.beam_prune_triton(lp, 4, ci, ck, tiers=bad)
+            KB.beam_prune_triton(lp, 4, ci, ck, tiers=bad)
         with pytest.raises(ValueError, match="wide must be two powers of 2"):
-            KR.beam_prune_triton(lp, 4, ci, ck, wide=bad)
+            KB.beam_prune_triton(lp, 4, ci, ck, wide=bad)
     for bad in (0, 3, -2):
         with pytest.raises(ValueError, match="gen_wide must be a power of 2"):
-            KR.beam_prune_triton(lp, 4, ci, ck, gen_wide=bad)
+            KB.beam_prune_triton(lp, 4, ci, ck, gen_wide=bad)
     for bad in (0, 3, 64):
         with pytest.raises(ValueError, match="num_warps must be a power of 2"):
-            KR.beam_prune_triton(lp, 4, ci, ck, num_warps=bad)
+            KB.beam_prune_triton(lp, 4, ci, ck, num_warps=bad)
 
 
 def test_radix_programs_and_errors():
     """(P, T) from programs_per_row (clamped to [1, NCH], no empty program); bad arguments raise."""
-    assert KR._rk_programs(38) == (38, 1)
-    assert KR._rk_programs(38, 3) == (3, 13)
-    assert KR._rk_programs(19, 4) == (4, 5)
-    assert KR._rk_programs(19, 6) == (5, 4)  # T = 4 fills 19 chunks with 5 programs
-    assert KR._rk_programs(19, 100) == (19, 1)
+    assert KP._rk_programs(38) == (38, 1)
+    assert KP._rk_programs(38, 3) == (3, 13)
+    assert KP._rk_programs(19, 4) == (4, 5)
+    assert KP._rk_programs(19, 6) == (5, 4)  # T = 4 fills 19 chunks with 5 programs
+    assert KP._rk_programs(19, 100) == (19, 1)
     x = torch.zeros(2, 40, dtype=torch.bfloat16)
     for kw in (dict(k=0), dict(k=41), dict(k=3, programs_per_row=0), dict(k=3, chunk=24),
                dict(k=3, chunk=32768), dict(k=3, chunk=8)):
         with pytest.raises(ValueError):
-            KR.topk_radix_triton(x, **kw)
+            KP.topk_radix_triton(x, **kw)
     with pytest.raises(ValueError):
-        KR.topk_radix_triton(x.float(), 3)
+        KP.topk_radix_triton(x.float(), 3)
 
 
 @settings(max_examples=10, deadline=None, suppress_health_check=list(HealthCheck))
@@ -375,8 +380,8 @@ def test_bound_prep_property(seed, rows, V, kf, kind, sub, cap_extra, dtype):
     if seed % 5 == 1:  # NaN logits: ord16 ranks +NaN above +inf in both preps
         x.view(-1)[torch.randint(0, x.numel(), (3,), generator=torch.Generator().manual_seed(seed))] = float("nan")
     cap = None if cap_extra is None else k + cap_extra
-    lp, ids, lse = KR.topk_bound_triton(x, k, chunk=64, sub_block=sub, cap=cap)
-    lp2, ids2, lse2 = KR.topk_radix_triton(x, k, chunk=64)
+    lp, ids, lse = KP.topk_bound_triton(x, k, chunk=64, sub_block=sub, cap=cap)
+    lp2, ids2, lse2 = KP.topk_radix_triton(x, k, chunk=64)
     if not x.isnan().any():  # torch.sort puts NaN last; the preps rank +NaN first (ord16)
         want = torch.sort(-x.float(), dim=-1, stable=True).indices[:, :k]
         assert torch.equal(ids, want) and torch.equal(ids2, want)
@@ -396,9 +401,9 @@ def test_bound_prep_nan_in_a_chunk_whose_float_max_skips_it(dtype):
     x[0, 1] = 0.0
     x[0, 70] = float("nan")
     for k in (1, 2, 5):
-        for u, v in zip(KR.topk_bound_triton(x, k, chunk=64, sub_block=64), KR.topk_radix_triton(x, k, chunk=64)):
+        for u, v in zip(KP.topk_bound_triton(x, k, chunk=64, sub_block=64), KP.topk_radix_triton(x, k, chunk=64)):
             assert torch.equal(u.isnan(), v.isnan()) and torch.equal(u.nan_to_num(), v.nan_to_num())
-        assert int(KR.topk_bound_triton(x, k, chunk=64, sub_block=64)[1][0, 0]) == 70
+        assert int(KP.topk_bound_triton(x, k, chunk=64, sub_block=64)[1][0, 0]) == 70
 
 
 def test_bound_prep_errors():
@@ -406,6 +411,6 @@ def test_bound_prep_errors():
     for kw, msg in ((dict(k=0), "1 <= k"), (dict(k=5, chunk=100), "chunk"),
                     (dict(k=5, sub_block=3), "sub_block"), (dict(k=5, cap=4), "cap")):
         with pytest.raises(ValueError, match=msg):
-            KR.topk_bound_triton(x, **kw)
+            KP.topk_bound_triton(x, **kw)
     with pytest.raises(ValueError, match="bf16"):
-        KR.topk_bound_triton(x.float(), 5)
+        KP.topk_bound_triton(x.float(), 5)

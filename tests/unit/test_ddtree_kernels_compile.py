@@ -13,53 +13,56 @@ triton = pytest.importorskip("triton")
 from triton.backends.compiler import GPUTarget  # noqa: E402
 from triton.compiler import ASTSource  # noqa: E402
 
-from patchsets.ddtree.modules import ddtree_kernels as K  # noqa: E402
+from patchsets.ddtree.kernels import ddtree_beam as KB  # noqa: E402
+from patchsets.ddtree.kernels import ddtree_prep as KP  # noqa: E402
+from patchsets.ddtree.kernels import ddtree_verify_inputs as KV  # noqa: E402
+from patchsets.ddtree.kernels import ddtree_walk as KW  # noqa: E402
 from patchsets.ddtree.modules.ddtree_tree import candidate_pairs  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
 I64, I8, F32 = "*i64", "*i8", "*fp32"
 C = "constexpr"
-BEAM_PRUNE_SIG = K.BEAM_PRUNE_SIGNATURE
+BEAM_PRUNE_SIG = KB.BEAM_PRUNE_SIGNATURE
 
 
 def _beam_prune(n: int, k: int, **kw) -> tuple[dict, int]:
     """``beam_prune_triton``'s own constexprs and warps at budget n, top-k k, L = 15."""
-    return K.beam_prune_constexprs(15, k, n, candidate_pairs(n, k, "cpu")[0].numel(), **kw)
+    return KB.beam_prune_constexprs(15, k, n, candidate_pairs(n, k, "cpu")[0].numel(), **kw)
 
 
 CASES = [
-    (K._tree_links_kernel, dict(parents_ptr=I64, valid_ptr=I8, ri_ptr=I64, rnt_ptr=I64, rns_ptr=I64,
+    (KV._tree_links_kernel, dict(parents_ptr=I64, valid_ptr=I8, ri_ptr=I64, rnt_ptr=I64, rns_ptr=I64,
                                 N1=C, BLOCK=C), dict(N1=513, BLOCK=256), 4),
-    (K._tree_mask_kernel, dict(parents_ptr=I64, valid_ptr=I8, mask_ptr=I8, N1=C, MAX_DEPTH=C,
+    (KV._tree_mask_kernel, dict(parents_ptr=I64, valid_ptr=I8, mask_ptr=I8, N1=C, MAX_DEPTH=C,
                                BLOCK_R=C, BLOCK_C=C), dict(N1=513, MAX_DEPTH=15, BLOCK_R=32, BLOCK_C=256), 4),
-    (K._custom_mask_kernel, dict(tree_mask_ptr=I8, prefix_ptr=I64, start_ptr=I64, out_ptr=I8, N1=C,
+    (KV._custom_mask_kernel, dict(tree_mask_ptr=I8, prefix_ptr=I64, start_ptr=I64, out_ptr=I8, N1=C,
                                  BLOCK_R=C, BLOCK_C=C), dict(N1=513, BLOCK_R=8, BLOCK_C=256), 4),
-    (K._greedy_walk_kernel, dict(tokens_ptr=I64, parents_ptr=I64, valid_ptr=I8, target_ptr=I64,
+    (KW._greedy_walk_kernel, dict(tokens_ptr=I64, parents_ptr=I64, valid_ptr=I8, target_ptr=I64,
                                  acc_idx_ptr=I64, acc_len_ptr=I64, bonus_ptr=I64, N1=C, L=C, BLOCK=C),
      dict(N1=513, L=15, BLOCK=1024), 8),
-    (K._lse_kernel, dict(x_ptr="*bf16", out_ptr=F32, V=C, BLOCK=C), dict(V=151936, BLOCK=2048), 8),
-    (K._tie_fix_kernel, dict(x_ptr="*bf16", thr_ptr="*bf16", ngt_ptr=I64, ids_ptr=I64, K="i32", V=C,
+    (KP._lse_kernel, dict(x_ptr="*bf16", out_ptr=F32, V=C, BLOCK=C), dict(V=151936, BLOCK=2048), 8),
+    (KP._tie_fix_kernel, dict(x_ptr="*bf16", thr_ptr="*bf16", ngt_ptr=I64, ids_ptr=I64, K="i32", V=C,
                              BLOCK=C), dict(V=151936, BLOCK=2048), 8),
-    (K._prep_partial_kernel, dict(x_ptr="*bf16", thr_ptr="*bf16", pm_ptr=F32, ps_ptr=F32, pc_ptr=I64,
+    (KP._prep_partial_kernel, dict(x_ptr="*bf16", thr_ptr="*bf16", pm_ptr=F32, ps_ptr=F32, pc_ptr=I64,
                                   NCH="i32", V=C, CH=C), dict(V=151936, CH=4096), 8),
-    (K._prep_combine_kernel, dict(pm_ptr=F32, ps_ptr=F32, pc_ptr=I64, lse_ptr=F32, pstart_ptr=I64,
+    (KP._prep_combine_kernel, dict(pm_ptr=F32, ps_ptr=F32, pc_ptr=I64, lse_ptr=F32, pstart_ptr=I64,
                                   NCH="i32", NCHP=C), dict(NCHP=64), 1),
-    (K._tie_write_kernel, dict(x_ptr="*bf16", thr_ptr="*bf16", ngt_ptr=I64, pstart_ptr=I64, pc_ptr=I64,
+    (KP._tie_write_kernel, dict(x_ptr="*bf16", thr_ptr="*bf16", ngt_ptr=I64, pstart_ptr=I64, pc_ptr=I64,
                                ids_ptr=I64, K="i32", NCH="i32", V=C, CH=C), dict(V=151936, CH=4096), 8),
-    (K._beam_kernel, dict(lp_ptr=F32, ci_ptr=I64, ck_ptr=I64, score_ptr=F32, valid_ptr=I8, parent_ptr=I64,
+    (KB._beam_kernel, dict(lp_ptr=F32, ci_ptr=I64, ck_ptr=I64, score_ptr=F32, valid_ptr=I8, parent_ptr=I64,
                           rank_ptr=I64, gtop_ptr=I64, scratch_ptr=I64, scratch2_ptr=I64, K="i32", N="i32",
                           C="i32", L=C, NP=C, CP=C), dict(L=15, NP=256, CP=2048), 8),
-    (K._beam_select_kernel, dict(lp_ptr=F32, ci_ptr=I64, ck_ptr=I64, score_ptr=F32, valid_ptr=I8,
+    (KB._beam_select_kernel, dict(lp_ptr=F32, ci_ptr=I64, ck_ptr=I64, score_ptr=F32, valid_ptr=I8,
                                  parent_ptr=I64, rank_ptr=I64, gtop_ptr=I64, gkey_ptr=I64, scr_ptr=I64,
                                  K="i32", N="i32", C="i32", L=C, NP=C, CP=C, GP=C, ROUNDS=C),
      dict(L=15, NP=512, CP=4096, GP=8192, ROUNDS=15), 16),
-    (K._beam_prune_kernel, BEAM_PRUNE_SIG, *_beam_prune(512, 512)),
-    (K._tight_bound_kernel, dict(lp_ptr=F32, tval_ptr=F32, fs_ptr=F32, own_ptr="*i32", N="i32", K="i32",
+    (KB._beam_prune_kernel, BEAM_PRUNE_SIG, *_beam_prune(512, 512)),
+    (KB._tight_bound_kernel, dict(lp_ptr=F32, tval_ptr=F32, fs_ptr=F32, own_ptr="*i32", N="i32", K="i32",
                                  L=C, DP=C, J=C, NP=C, LOGKP=C),
      dict(L=15, DP=16, J=128, NP=512, LOGKP=9), 4),
-    (K._beam_prune_kernel, BEAM_PRUNE_SIG, *_beam_prune(16, 8, gen=False, bound="tight", programs=8)),
-    (K._label_depth_kernel, dict(gtop_ptr=I64, nb_ptr=I64, root_ptr=I64, ids_ptr=I64, score_ptr=F32,
+    (KB._beam_prune_kernel, BEAM_PRUNE_SIG, *_beam_prune(16, 8, gen=False, bound="tight", programs=8)),
+    (KV._label_depth_kernel, dict(gtop_ptr=I64, nb_ptr=I64, root_ptr=I64, ids_ptr=I64, score_ptr=F32,
                                  parent_ptr=I64, rank_ptr=I64, slot_ptr=I64, cnt_ptr="*i32",
                                  tok_ptr=I64, par_ptr=I64, dep_ptr=I64, val_ptr=I8, sco_ptr=F32,
                                  num_ptr=I64, ri_ptr=I64, rnt_ptr=I64, rns_ptr=I64, K="i32", N="i32",
@@ -67,34 +70,34 @@ CASES = [
      dict(L=15, NP=512, N1P=1024, LINKS=True), 4),
     # radix passes: T = 1 (one program per chunk), 38 (one looping program per row) and 13
     *[case for T in (1, 38, 13) for case in (
-        (K._rk_pass_a, dict(x_ptr="*bf16", pm_ptr=F32, ps_ptr=F32, h_ptr="*i32", NCH="i32", V=C, CH=C,
+        (KP._rk_pass_a, dict(x_ptr="*bf16", pm_ptr=F32, ps_ptr=F32, h_ptr="*i32", NCH="i32", V=C, CH=C,
                             T=C), dict(V=151936, CH=4096, T=T), 8),
-        (K._rk_pass_b, dict(x_ptr="*bf16", b1_ptr="*i32", h_ptr="*i32", cg_ptr="*i32", V=C, CH=C, T=C),
+        (KP._rk_pass_b, dict(x_ptr="*bf16", b1_ptr="*i32", h_ptr="*i32", cg_ptr="*i32", V=C, CH=C, T=C),
          dict(V=151936, CH=4096, T=T), 8),
-        (K._rk_pass_c, dict(x_ptr="*bf16", t_ptr="*i32", ngt_ptr="*i32", og_ptr="*i32", oe_ptr="*i32",
+        (KP._rk_pass_c, dict(x_ptr="*bf16", t_ptr="*i32", ngt_ptr="*i32", og_ptr="*i32", oe_ptr="*i32",
                             cg_ptr="*i32", ce_ptr="*i32", key_ptr=I64, K="i32", V=C, CH=C, T=C),
          dict(V=151936, CH=4096, T=T), 8),
     )],
-    (K._rk_combine_a, dict(pm_ptr=F32, ps_ptr=F32, h_ptr="*i32", lse_ptr=F32, b1_ptr="*i32",
+    (KP._rk_combine_a, dict(pm_ptr=F32, ps_ptr=F32, h_ptr="*i32", lse_ptr=F32, b1_ptr="*i32",
                            ab_ptr="*i32", K="i32", NCH="i32", P="i32", NCHP=C, PP=C),
      dict(NCHP=64, PP=64), 4),
-    (K._rk_combine_b, dict(b1_ptr="*i32", ab_ptr="*i32", h_ptr="*i32", cg_ptr="*i32", t_ptr="*i32",
+    (KP._rk_combine_b, dict(b1_ptr="*i32", ab_ptr="*i32", h_ptr="*i32", cg_ptr="*i32", t_ptr="*i32",
                            ngt_ptr="*i32", og_ptr="*i32", oe_ptr="*i32", ce_ptr="*i32", K="i32",
                            P="i32", PP=C), dict(PP=64), 4),
-    (K._rk_final, dict(x_ptr="*bf16", key_ptr=I64, lse_ptr=F32, lp_ptr=F32, ids_ptr=I64, K="i32",
+    (KP._rk_final, dict(x_ptr="*bf16", key_ptr=I64, lse_ptr=F32, lp_ptr=F32, ids_ptr=I64, K="i32",
                        V=C, KP=C), dict(V=151936, KP=512), 4),
     # bound prep
-    (K._bd_pass_a, dict(x_ptr="*bf16", pm_ptr=F32, ps_ptr=F32, sbm_ptr="*i32", NCH="i32", V=C, CH=C,
+    (KP._bd_pass_a, dict(x_ptr="*bf16", pm_ptr=F32, ps_ptr=F32, sbm_ptr="*i32", NCH="i32", V=C, CH=C,
                         SB=C), dict(V=151936, CH=4096, SB=64), 8),
-    (K._bd_combine_a, dict(pm_ptr=F32, ps_ptr=F32, sbm_ptr="*i32", lse_ptr=F32, thr_ptr="*i32",
+    (KP._bd_combine_a, dict(pm_ptr=F32, ps_ptr=F32, sbm_ptr="*i32", lse_ptr=F32, thr_ptr="*i32",
                            cnt_ptr="*i32", K="i32", NCH="i32", NSB="i32", NCHP=C, NSBP=C, ROUNDS=C),
      dict(NCHP=64, NSBP=4096, ROUNDS=8), 8),
-    (K._bd_pass_b, dict(x_ptr="*bf16", sbm_ptr="*i32", thr_ptr="*i32", cnt_ptr="*i32", cand_ptr=I64,
+    (KP._bd_pass_b, dict(x_ptr="*bf16", sbm_ptr="*i32", thr_ptr="*i32", cnt_ptr="*i32", cand_ptr=I64,
                         NCH="i32", CAP="i32", V=C, CH=C, SB=C), dict(V=151936, CH=4096, SB=64), 8),
-    (K._bd_final, dict(x_ptr="*bf16", cand_ptr=I64, cnt_ptr="*i32", lse_ptr=F32, lp_ptr=F32,
+    (KP._bd_final, dict(x_ptr="*bf16", cand_ptr=I64, cnt_ptr="*i32", lse_ptr=F32, lp_ptr=F32,
                        ids_ptr=I64, K="i32", CAP="i32", V=C, CAPP=C, KP=C),
      dict(V=151936, CAPP=1024, KP=512), 16),
-    (K._bd_fallback, dict(x_ptr="*bf16", cnt_ptr="*i32", key_ptr=I64, lse_ptr=F32, lp_ptr=F32,
+    (KP._bd_fallback, dict(x_ptr="*bf16", cnt_ptr="*i32", key_ptr=I64, lse_ptr=F32, lp_ptr=F32,
                           ids_ptr=I64, K="i32", CAP="i32", NCH="i32", V=C, CH=C, KP=C),
      dict(V=151936, CH=4096, KP=512), 8),
 ]

@@ -1,5 +1,7 @@
 """No import circles in ``sglang_patcher``: its module import graph, built from the source with
-``ast``, is acyclic.
+``ast``, is acyclic. Nor in the ddtree patchset's payload, under the names its modules are installed
+as (``sglang.srt.speculative.ddtree_*``, ``sglang.kernels.ops.speculative.ddtree_*``), whose Triton
+kernel modules import torch, Triton and each other only — never the algorithm modules that call them.
 
 Every import statement counts, wherever it is — at module level, inside a function (a local import
 is how a circle is usually hidden), under ``if TYPE_CHECKING:`` — and so does the package
@@ -18,6 +20,7 @@ from pathlib import Path
 import pytest
 
 PACKAGE_DIR = Path(__file__).resolve().parents[2] / "sglang_patcher"
+DDTREE_DIR = Path(__file__).resolve().parents[2] / "patchsets" / "ddtree"
 
 
 def module_files(package_dir: Path) -> dict[str, Path]:
@@ -60,7 +63,11 @@ def _targets(node: ast.Import | ast.ImportFrom, module: str, files: dict[str, Pa
 
 def import_graph(package_dir: Path) -> dict[str, set[str]]:
     """``{module: modules it imports}`` inside the package at ``package_dir``."""
-    files = module_files(package_dir)
+    return import_graph_of(module_files(package_dir))
+
+
+def import_graph_of(files: dict[str, Path]) -> dict[str, set[str]]:
+    """``{module: modules of files it imports}`` for ``files`` (``{dotted module name: file}``)."""
     graph: dict[str, set[str]] = {m: set() for m in files}
     for module, path in files.items():
         tree = ast.parse(path.read_text(), filename=str(path))
@@ -142,3 +149,43 @@ def _write(root: Path, files: dict[str, str]) -> Path:
 ])
 def test_the_graph_finds_hidden_circles(tmp_path, files, cycle):
     assert find_cycle(import_graph(_write(tmp_path, files))) == cycle
+
+
+def payload_modules(patchset_dir: Path) -> dict[str, Path]:
+    """The patchset's whole new modules (``new_files``, every target) under the names they are
+    installed as: ``sglang/srt/speculative/ddtree_tree.py`` is ``sglang.srt.speculative.ddtree_tree``."""
+    from sglang_patcher.patchset import load_patchset
+
+    ps = load_patchset(patchset_dir)
+    return {dst[:-3].replace("/", "."): ps.root / src for version in ps.versions
+            for dst, src in ps.target(version).new_files.items() if dst.endswith(".py")}
+
+
+def imported_names(path: Path) -> set[str]:
+    """Every module name an import statement in ``path`` names (relative ones with their dots)."""
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.Import):
+            out |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            out.add("." * node.level + (node.module or ""))
+    return out
+
+
+def test_ddtree_payload_has_no_import_circles_and_its_kernels_import_only_torch_and_triton():
+    files = payload_modules(DDTREE_DIR)
+    kernels = {m for m in files if m.startswith("sglang.kernels.ops.speculative.")}
+    assert {"sglang.srt.speculative.ddtree_tree", "sglang.srt.speculative.ddtree_accept",
+            "sglang.kernels.ops.speculative.ddtree_beam", "sglang.kernels.ops.speculative.ddtree_walk"} <= set(files)
+    graph = import_graph_of(files)
+    # the graph is really built: the function-local imports of the kernels count
+    assert "sglang.kernels.ops.speculative.ddtree_beam" in graph["sglang.srt.speculative.ddtree_tree"]
+    assert "sglang.kernels.ops.speculative.ddtree_walk" in graph["sglang.srt.speculative.ddtree_accept"]
+    assert "sglang.kernels.ops.speculative.ddtree_keys" in graph["sglang.kernels.ops.speculative.ddtree_beam"]
+    cycle = find_cycle({m: graph[m] & set(files) for m in files})
+    assert cycle is None, "import circle: " + " -> ".join(cycle)
+    for m in sorted(kernels):
+        names = imported_names(files[m])
+        siblings = {n for n in names if n.startswith(".")}
+        assert {f"sglang.kernels.ops.speculative{n}" for n in siblings} <= kernels, (m, siblings)
+        assert {n.split(".")[0] for n in names - siblings} <= {"__future__", "torch", "triton"}, (m, names)

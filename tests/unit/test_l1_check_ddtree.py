@@ -71,9 +71,12 @@ def test_revision_2_checks_the_worker_and_sizes_revision_1_refused():
     spec.loader.exec_module(r2)
     assert "create_worker resolves DDTREE to DDTreeWorker" in r2.CHECK_NAMES
     assert "create_worker refuses DDTREE (revision 2)" not in r2.CHECK_NAMES
-    for m in ("ddtree_reference", "ddtree_tree", "ddtree_accept", "ddtree_kernels", "ddtree_info",
-              "ddtree_worker"):
+    for m in ("ddtree_reference", "ddtree_tree", "ddtree_accept", "ddtree_info", "ddtree_budget", "ddtree_worker"):
         assert f"import sglang.srt.speculative.{m}" in r2.CHECK_NAMES
+    # revision 4: the Triton kernels by pipeline stage, where SGLang keeps its speculative kernels
+    for m in ("ddtree_keys", "ddtree_prep", "ddtree_beam", "ddtree_verify_inputs", "ddtree_walk"):
+        assert f"import sglang.kernels.ops.speculative.{m}" in r2.CHECK_NAMES
+    assert "import sglang.srt.speculative.ddtree_kernels" not in r2.CHECK_NAMES
     spec = importlib.util.spec_from_file_location("l1_r1", SCRIPTS["r1"])
     r1 = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(r1)

@@ -22,9 +22,12 @@ What it proves, in order (each check depends on the imports of the first):
 5. the DDTREE validation accepts a valid configuration, refuses budget 0, refuses a hybrid
    Mamba/GDN target without ``--speculative-ddtree-allow-hybrid-unsafe`` and accepts it with it,
    and (revision 2) refuses a hybrid sliding-window (SWA) target and ``--enable-hisparse``;
-6. (revision 2) the six DDTree modules import from ``sglang.srt.speculative`` (relative imports
+6. (revision 2) the DDTree modules import from ``sglang.srt.speculative`` (relative imports
    inside the installed package): ``ddtree_reference``, ``ddtree_tree``, ``ddtree_accept``,
-   ``ddtree_kernels`` (needs triton), ``ddtree_info``, ``ddtree_worker``;
+   ``ddtree_info``, ``ddtree_budget`` (revision 3), ``ddtree_worker``; (revision 4) the Triton
+   kernels by pipeline stage import from ``sglang.kernels.ops.speculative`` (needs triton; until
+   revision 3 they were one module, ``sglang.srt.speculative.ddtree_kernels``): ``ddtree_keys``,
+   ``ddtree_prep``, ``ddtree_beam``, ``ddtree_verify_inputs``, ``ddtree_walk``;
 7. (revision 2) ``create_worker`` resolves DDTREE to ``sglang.srt.speculative.ddtree_worker.
    DDTreeWorker`` (the class, not constructed), and that class subclasses ``DFlashWorkerV2``;
 8. (revision 2) the sizes SGLang's own code now derives for DDTREE (budget 64, block 16): target
@@ -75,9 +78,13 @@ PATCHED_MODULES = (
     "sglang.srt.arg_groups.speculative_hook",
 )
 
-# Installed by revision 2 into sglang/srt/speculative/ (patchset.yaml new_files).
-DDTREE_MODULES = ("ddtree_reference", "ddtree_tree", "ddtree_accept", "ddtree_kernels",
-                  "ddtree_info", "ddtree_budget", "ddtree_worker")
+# Installed by revision 2 into sglang/srt/speculative/ (patchset.yaml new_files; ddtree_budget since
+# revision 3) and, since revision 4, the Triton kernels into sglang/kernels/ops/speculative/.
+DDTREE_PACKAGE = "sglang.srt.speculative"
+DDTREE_MODULES = ("ddtree_reference", "ddtree_tree", "ddtree_accept", "ddtree_info", "ddtree_budget",
+                  "ddtree_worker")
+KERNELS_PACKAGE = "sglang.kernels.ops.speculative"
+KERNEL_MODULES = ("ddtree_keys", "ddtree_prep", "ddtree_beam", "ddtree_verify_inputs", "ddtree_walk")
 
 DEFAULT_BUDGET = 256
 # A dense target and a hybrid (GDN) one, by architecture name as in the checkpoints' config.json.
@@ -274,14 +281,15 @@ def check_flashinfer_accepted(mods):
     return f"{DENSE_ARCH}: accepted with --attention-backend flashinfer"
 
 
-def _import_module_check(module: str):
+def _import_module_check(module: str, package: str = DDTREE_PACKAGE):
     def check(mods):
         import importlib
 
-        mod = importlib.import_module(f"sglang.srt.speculative.{module}")
+        mod = importlib.import_module(f"{package}.{module}")
         where = getattr(mod, "__file__", "") or ""
-        if f"sglang{os.sep}srt{os.sep}speculative{os.sep}{module}.py" not in where:
-            raise CheckFailed(f"imported from {where}, not from sglang/srt/speculative/")
+        folder = package.replace(".", os.sep)
+        if f"{folder}{os.sep}{module}.py" not in where:
+            raise CheckFailed(f"imported from {where}, not from {folder.replace(os.sep, '/')}/")
         return where
     return check
 
@@ -417,7 +425,8 @@ CHECKS = (
     ("validation refuses --attention-backend fa3", check_fa3_refused),
     ("validation refuses a fa3 decode backend", check_fa3_decode_refused),
     ("validation accepts --attention-backend flashinfer", check_flashinfer_accepted),
-    *((f"import sglang.srt.speculative.{m}", _import_module_check(m)) for m in DDTREE_MODULES),
+    *((f"import {DDTREE_PACKAGE}.{m}", _import_module_check(m)) for m in DDTREE_MODULES),
+    *((f"import {KERNELS_PACKAGE}.{m}", _import_module_check(m, KERNELS_PACKAGE)) for m in KERNEL_MODULES),
     ("create_worker resolves DDTREE to DDTreeWorker", check_create_worker),
     ("DDTreeWorker subclasses DFlashWorkerV2", check_worker_base),
     ("target verify width is budget + 1", check_widths),

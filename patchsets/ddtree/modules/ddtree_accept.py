@@ -7,8 +7,9 @@ is lossless without tree rejection sampling (every emitted token is a target sam
 the tokens before it).
 
 All functions are fixed-shape torch ops (the walk is L + 1 vectorised steps), no host sync, and
-CUDA-graph capturable; ``ddtree_kernels.greedy_walk_triton`` is the one-launch CUDA version. The
-result matches SGLang 0.5.23's ``verify_tree_greedy_func`` on our trees (tests/gpu).
+CUDA-graph capturable; ``greedy_walk_triton`` (``sglang.kernels.ops.speculative.ddtree_walk``,
+imported only when used) is the one-launch CUDA version. The result matches SGLang 0.5.23's
+``verify_tree_greedy_func`` on our trees (tests/gpu).
 """
 
 from __future__ import annotations
@@ -82,9 +83,10 @@ def greedy_accept(
     if use_triton is None:
         use_triton = dev.type == "cuda"
     if use_triton:
-        from .ddtree_kernels import greedy_walk_triton
+        from sglang.kernels.ops.speculative.ddtree_walk import greedy_walk_triton
 
-        return greedy_walk_triton(tree, target_tokens)
+        walk = greedy_walk_triton(tree.tokens, tree.parents, tree.valid, tree.max_depth, target_tokens)
+        return Acceptance(*walk)
     L = tree.max_depth
     tgt = target_tokens.to(torch.int64)
     cur = torch.zeros(bs, dtype=torch.int64, device=dev)

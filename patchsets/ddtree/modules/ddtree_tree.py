@@ -21,9 +21,11 @@ parent's within-depth order) and by rank inside a group: parents come before chi
 siblings are contiguous, so ``retrieve_next_sibling[j]`` is ``j + 1`` or -1.
 
 Two implementations with identical results: fixed-shape torch ops (topk/sort/gather/scatter/
-cumsum; the CPU path) and Triton kernels (``ddtree_kernels``: bound / radix top-K prep, a fused
-beam that stops where the best-first heap stops (or sorts / selects every depth in full),
-count-based labelling, tree links/mask; the variants are picked by ``prefer_prep`` /
+cumsum; the CPU path) and Triton kernels in SGLang's kernel tree, by pipeline stage
+(``sglang.kernels.ops.speculative``: ``ddtree_prep`` bound / radix top-K prep, ``ddtree_beam`` a
+fused beam that stops where the best-first heap stops (or sorts / selects every depth in full),
+``ddtree_verify_inputs`` count-based labelling, tree links/mask and the custom mask; imported only
+when used, and they import nothing of this module); the variants are picked by ``prefer_prep`` /
 ``prefer_beam`` from the H200 measurements in bench/RESULTS.md). Neither has an ``.item()`` or a
 data-dependent shape; both were
 captured in CUDA graphs and replayed equal to eager on an H200 (tests/gpu). Call once eagerly for
@@ -173,7 +175,7 @@ def clean_lp(lp: torch.Tensor) -> torch.Tensor:
     nothing instead of ranking first (NaN sorts above every score and would put children before
     their parents). Positive entries, outside the contract of log-probs, are cut to 0 so that a
     child never outranks its parent. The Triton beams apply the same rule as they load lp
-    (``ddtree_kernels._clean_lp``), the CPU heap too (``ddtree_reference``)."""
+    (``ddtree_beam._clean_lp``), the CPU heap too (``ddtree_reference``)."""
     return torch.where(lp <= 0, lp, torch.where(lp > 0, torch.zeros_like(lp), torch.full_like(lp, float("-inf"))))
 
 
@@ -240,9 +242,9 @@ def draft_topk(
         (``_split_topk``); same result under ``exact_ties``.
       prep: Triton prep kernels — "row" (one program per row) or "chunked" (programs over
         (row, 4096-column chunk)) beside ``torch.topk``, or "radix" (bf16/fp16 only, else
-        "chunked": ``ddtree_kernels.topk_radix_triton``, an exact two-byte radix select with no
+        "chunked": ``ddtree_prep.topk_radix_triton``, an exact two-byte radix select with no
         ``torch.topk`` and no tie pass), or "bound" (bf16/fp16 only, else "chunked":
-        ``ddtree_kernels.topk_bound_triton``, sub-block maxima bound the K-th value and only the
+        ``ddtree_prep.topk_bound_triton``, sub-block maxima bound the K-th value and only the
         candidates above it are sorted; one looping radix program per row redoes a row with too many); same ids, lse
         equal up to float32 rounding ("radix" and "bound": bit-identical). None =
         ``prefer_prep(bs * L, dtype, K)`` (the H200 winner, bench/RESULTS.md), as in ``build_ddtree``.
@@ -260,7 +262,7 @@ def draft_topk(
         raise ValueError(f"prep must be 'row', 'chunked', 'radix' or 'bound', got {prep!r}")
     if (prep in ("radix", "bound") and use_triton and topk_chunks <= 1
             and x.dtype in (torch.bfloat16, torch.float16)):
-        from .ddtree_kernels import topk_bound_triton, topk_radix_triton
+        from sglang.kernels.ops.speculative.ddtree_prep import topk_bound_triton, topk_radix_triton
 
         fn = topk_bound_triton if prep == "bound" else topk_radix_triton
         lp, ids, lse = fn(x.reshape(bs * L, V), k)
@@ -272,13 +274,13 @@ def draft_topk(
     else:
         vals, ids = torch.topk(x, k, dim=-1, largest=True, sorted=True)  # [bs, L, k]
     if use_triton and prep == "chunked":
-        from .ddtree_kernels import prep_chunked_triton
+        from sglang.kernels.ops.speculative.ddtree_prep import prep_chunked_triton
 
         lse, ids = prep_chunked_triton(x.reshape(bs * L, V), vals.reshape(bs * L, k),
                                        ids.reshape(bs * L, k), exact_ties)
         lse, ids = lse.view(bs, L), ids.view(bs, L, k)
     elif use_triton:
-        from .ddtree_kernels import lse_triton
+        from sglang.kernels.ops.speculative.ddtree_prep import lse_triton
 
         lse = lse_triton(x.reshape(bs * L, V)).view(bs, L)
     else:
@@ -286,7 +288,7 @@ def draft_topk(
     if exact_ties and use_triton and prep == "chunked":
         pass  # ties already fixed by prep_chunked_triton
     elif exact_ties and use_triton:
-        from .ddtree_kernels import tie_fix_triton
+        from sglang.kernels.ops.speculative.ddtree_prep import tie_fix_triton
 
         ids = tie_fix_triton(x.reshape(bs * L, V), vals.reshape(bs * L, k),
                              ids.reshape(bs * L, k)).view(bs, L, k)
@@ -517,8 +519,8 @@ def build_ddtree_from_topk(
     if beam not in ("sort", "select", "prune"):
         raise ValueError(f"beam must be 'sort', 'select' or 'prune', got {beam!r}")
     if use_triton:
-        from .ddtree_kernels import (beam_prune_triton, beam_select_triton, beam_triton,
-                                     label_count_triton, tree_mask_triton)
+        from sglang.kernels.ops.speculative.ddtree_beam import beam_prune_triton, beam_select_triton, beam_triton
+        from sglang.kernels.ops.speculative.ddtree_verify_inputs import label_count_triton, tree_mask_triton
 
         ci, ck = candidate_pairs(N, K, dev)
         beam_fn = {"sort": beam_triton, "select": beam_select_triton, "prune": beam_prune_triton}[beam]
@@ -640,7 +642,7 @@ def build_custom_mask(
     if use_triton is None:
         use_triton = dev.type == "cuda"
     if use_triton:
-        from .ddtree_kernels import custom_mask_triton
+        from sglang.kernels.ops.speculative.ddtree_verify_inputs import custom_mask_triton
 
         custom_mask_triton(tree.tree_mask, pl, out)
         return out
