@@ -206,6 +206,9 @@ class StatusReport:
     note: str | None = None  # what the verdict rests on, where that is not obvious (no records, no files)
     unchecked: bool = False  # no file could be judged (no records, no patchset for the release): "unknown"
     warnings: list[str] = field(default_factory=list)  # e.g. an active revision its patchset withdrew
+    # judged against a patchset: files only its earlier revisions touched (a module a later revision
+    # no longer installs); at this revision they are at rest, as the release has them
+    retired: list[str] = field(default_factory=list)
 
     @property
     def active(self) -> list[dict[str, Any]]:
@@ -244,7 +247,9 @@ class StatusReport:
         if all(f.state in ("pristine", "absent") for f in self.files):
             return "pristine"
         if self.patchset is not None:   # judged against one patchset: every file at its revision
-            if all(f.state == "patched" and f.revision in (None, self.revision) for f in self.files):
+            at_rev = [f.state == "patched" and f.revision in (None, self.revision) for f in self.files]
+            if all(ok or (f.path in self.retired and f.state in ("pristine", "absent"))  # gone, or never
+                   for f, ok in zip(self.files, at_rev)):                                # there (a fresh host)
                 return "patched"
             if self.older_revision is not None:
                 return "older"
@@ -267,7 +272,7 @@ class StatusReport:
                 "lock_stale": holder_is_stale(self.lock),
                 "damaged": list(self.damaged), "older_revision": self.older_revision,
                 "bad_backups": dict(self.bad_backups), "local_backups": dict(self.local_backups),
-                "note": self.note, "warnings": list(self.warnings)}
+                "note": self.note, "warnings": list(self.warnings), "retired": list(self.retired)}
 
     def __rich__(self):
         from rich.console import Group

@@ -36,6 +36,7 @@ def host_status(transport: Transport, host: Host, info: HostInfo, patchset: Patc
     record_h = record_hashes(info)
     known: dict[str, list[tuple[str, str | None, int | None]]] = {}  # path → [(state, hash, rev)]
     ps_name = ps_rev = None
+    retired: set[str] = set()  # judged against a patchset: paths only its earlier revisions touched
     if patchset is not None:
         ps_name, ps_rev = str(patchset.name), int(patchset.revision)
         paths, pristine_h, expected_h, hist = patchset_view(patchset, str(version), info)
@@ -45,6 +46,7 @@ def host_status(transport: Transport, host: Host, info: HostInfo, patchset: Patc
             for p, h in hh.items():
                 paths.add(p)
                 known.setdefault(p, []).append(("patched", h, rev))
+        retired = paths - set(expected_h)
         pristine_of = {p: pristine_h.get(p, record_h.get(p)) for p in paths}
         ins = agent.inspect(sorted(paths), backups=True)
         deployments = ins.get("deployments", [])
@@ -77,12 +79,26 @@ def host_status(transport: Transport, host: Host, info: HostInfo, patchset: Patc
     # a file several revisions share is credited to the revision the host's records say is active
     host_rev = max((int(d.get("revision") or 0) for d in deployments
                     if d.get("phase") in ACTIVE and d.get("patchset") == ps_name), default=None)
+    # a file that an earlier deployment created and the newest active one naming it deleted (a module a
+    # later revision no longer installs): absent as in the release, and that deployment's state
+    deleted_by: dict[str, dict[str, Any]] = {}
+    for d in deployments:  # oldest first
+        if d.get("phase") in ACTIVE and (ps_name is None or d.get("patchset") == ps_name):
+            for p, f in (d.get("files") or {}).items():
+                if isinstance(f, dict):
+                    if f.get("after") is None and f.get("before") is not None:
+                        deleted_by[p] = d
+                    else:
+                        deleted_by.pop(p, None)
     files = []
     for p in sorted(paths):
         li = ins.get("files", {}).get(p, {})
         live = li.get("sha256") if li.get("exists") else None
         fs = FileStatus(path=p, state="drifted", live=live, pristine=pristine_of.get(p), record=record_h.get(p))
-        if live == pristine_of.get(p):
+        if live is None and live == pristine_of.get(p) and p in deleted_by:
+            d = deleted_by[p]
+            fs.state, fs.patchset, fs.revision = "patched", d.get("patchset"), d.get("revision")
+        elif live == pristine_of.get(p):
             fs.state = "pristine" if live is not None else "absent"
         else:
             for state, h, rev in sorted(known.get(p, []), key=lambda e: e[2] != host_rev):
@@ -113,4 +129,4 @@ def host_status(transport: Transport, host: Host, info: HostInfo, patchset: Patc
                         deployments=[d for d in deployments if not is_damaged(d)],
                         journal=None if journal is None or is_damaged(journal) else journal, lock=ins.get("lock"),
                         patchset=ps_name, revision=ps_rev, damaged=damaged, older_revision=older,
-                        bad_backups=bad, local_backups=local_copies)
+                        bad_backups=bad, local_backups=local_copies, retired=sorted(retired))

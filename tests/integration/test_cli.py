@@ -851,7 +851,9 @@ def test_status_against_the_patchset_names_an_older_revision_whole(capsys, tmp_p
     assert run_json(capsys, *h, "status", "--host", "here")[1]["overall"] == "patched"
     assert run_json(capsys, *h, "apply", "ddtree", "--host", "here", "--yes")[0] == 0
     code, data, _ = run_json(capsys, *h, "status", "--host", "here", "--patchset", "ddtree")
-    assert data["overall"] == "patched" and {f["revision"] for f in data["files"]} == {newest}, data
+    assert data["overall"] == "patched", data   # every file at the newest, but one it no longer installs
+    assert {f["revision"] for f in data["files"] if f["path"] not in data["retired"]} == {newest}, data
+    assert all(f["state"] == "absent" for f in data["files"] if f["path"] in data["retired"]), data  # r1 had none
 
 
 def test_declining_the_prompt_deploys_nothing_and_exits_1(capsys, tmp_path, sglpatch_home, local_target,
@@ -956,7 +958,8 @@ def test_status_of_a_host_without_records_judges_the_files_of_the_patchsets_for_
     hosts = write_hosts(tmp_path / "hosts.yaml", Host(name="here", transport="local", python=str(local_target)))
     h = ["--hosts", str(hosts)]
     from sglang_patcher.patchset import load_patchset
-    touched = len(load_patchset("ddtree").touched_paths(VERSION))   # 21 since revision 3 installs ddtree_budget
+    ps = load_patchset("ddtree")   # its files, and those only earlier revisions installed (r3's ddtree_kernels.py)
+    touched = len(set(ps.touched_paths(VERSION)).union(*(h[VERSION] for h in ps.spec.history.values())))
     code, data, _ = run_json(capsys, *h, "status", "--host", "here")
     assert code == 0 and data["overall"] == "pristine" and len(data["files"]) == touched, data
     assert data["note"].startswith("no sglpatch deployment is recorded on this host; judged by the files of ddtree r"), data

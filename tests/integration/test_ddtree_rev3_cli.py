@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.integration.test_cli import live_hash, record_hashes, run_cli, run_json, write_hosts
+from tests.integration.test_cli import file_states, live_hash, record_hashes, run_cli, run_json, write_hosts
 
 pytestmark = [pytest.mark.sglang]
 
@@ -17,6 +17,9 @@ VERSION = "0.5.23"
 SPEC_INFO = "sglang/srt/speculative/spec_info.py"
 WORKER = "sglang/srt/speculative/ddtree_worker.py"
 BUDGET = "sglang/srt/speculative/ddtree_budget.py"
+KERNELS_R3 = "sglang/srt/speculative/ddtree_kernels.py"    # revision 3's kernels, one module
+KERNELS_R4 = [f"sglang/kernels/ops/speculative/ddtree_{m}.py"    # revision 4's, by pipeline stage
+              for m in ("keys", "prep", "beam", "verify_inputs", "walk")]
 
 
 def _hosts(tmp_path, local_target):
@@ -78,18 +81,24 @@ def test_cli_r1_straight_to_r3(capsys, tmp_path, sglpatch_home, local_target):
 
 
 def test_cli_r3_then_r4_pushes_only_what_changed_then_rollback(capsys, tmp_path, sglpatch_home, local_target):
-    """Revision 4 (chain steps in the budget schedule): a host at revision 3 is recognised
-    (patched@r3), the upgrade pushes the changed files only — the worker, the schedule module and
-    the schedule argument's help among them, never the untouched SGLang files — and a rollback
-    puts revision 3's bytes back."""
+    """Revision 4 (chain steps in the budget schedule, the Triton kernels by pipeline stage): a host
+    at revision 3 is recognised (patched@r3), the upgrade pushes the changed files only — the
+    worker, the schedule module and the schedule argument's help among them, never the untouched
+    SGLang files —, writes the kernel modules into sglang/kernels/ops/speculative/ and deletes
+    revision 3's ddtree_kernels.py; status reads patched r4 throughout (the deleted module too), and
+    a rollback puts revision 3's bytes back, the kernel module included, the new ones gone."""
     from sglang_patcher.patchset import load_patchset
 
     h, site = _hosts(tmp_path, local_target), local_target.site_packages
     code, data, err = run_json(capsys, *h, "apply", "ddtree@3", "--host", "here", "--yes")
     assert code == 0, err
-    r3 = {p: live_hash(site, p) for p in (WORKER, BUDGET, SPEC_INFO)}
+    r3 = {p: live_hash(site, p) for p in (WORKER, BUDGET, SPEC_INFO, KERNELS_R3, *KERNELS_R4)}
+    assert r3[KERNELS_R3] is not None and all(r3[p] is None for p in KERNELS_R4), r3
     code, data, err = run_json(capsys, *h, "status", "--host", "here", "--patchset", "ddtree")
-    assert {(f["state"], f["revision"]) for f in data["files"]} == {("patched", 3)}, data["files"]
+    assert data["overall"] == "older" and data["older_revision"] == 3, data
+    states = {f["path"]: (f["state"], f["revision"]) for f in data["files"]}
+    assert {states.pop(p) for p in KERNELS_R4} == {("absent", None)}, data["files"]   # r4's own, not yet there
+    assert set(states.values()) == {("patched", 3)}, data["files"]
 
     code, data, err = run_json(capsys, *h, "apply", "ddtree", "--host", "here", "--yes")
     assert code == 0, err
@@ -97,10 +106,15 @@ def test_cli_r3_then_r4_pushes_only_what_changed_then_rollback(capsys, tmp_path,
     pushed = {p for p, f in data["plan"]["files"].items() if f["action"] != "none"}
     assert {WORKER, BUDGET, "sglang/srt/arg_groups/fields/spec.py"} <= pushed, pushed
     assert SPEC_INFO not in pushed and live_hash(site, SPEC_INFO) == r3[SPEC_INFO]
-    want = load_patchset("ddtree").spec.targets[VERSION].expected
-    assert all(live_hash(site, p) == want[p] for p in pushed), pushed
+    assert {KERNELS_R3, *KERNELS_R4} <= pushed and data["plan"]["files"][KERNELS_R3]["action"] == "delete"
+    want = load_patchset("ddtree").spec.targets[VERSION].expected   # KERNELS_R3: none, so deleted
+    assert all(live_hash(site, p) == want.get(p) for p in pushed), pushed
+    assert live_hash(site, KERNELS_R3) is None
     code, data, err = run_json(capsys, *h, "status", "--host", "here", "--patchset", "ddtree")
     assert {(f["state"], f["revision"]) for f in data["files"]} == {("patched", 4)}, data["files"]
+    assert data["overall"] == "patched" and data["retired"] == [KERNELS_R3], data
+    code, data, err = run_json(capsys, *h, "status", "--host", "here")    # by the host's records alone
+    assert data["overall"] == "patched" and file_states(data)[KERNELS_R3] == "patched", data
 
     code, _, err = run_json(capsys, *h, "rollback", "--host", "here")
     assert code == 0, err
