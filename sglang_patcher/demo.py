@@ -6,18 +6,42 @@ against a local venv holding the real SGLang wheel (see :mod:`sglang_patcher.san
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rich.rule import Rule
 
 from . import service
 from .deploy import ACTIVE
+from .deploy.records import local_records_within, supersede_local_records
 from .errors import DeployError, DriftError, StateError
 from .patchset import load_patchset
 from .sandbox import ensure_sandbox, sandbox_dir, sandbox_host
+from .state import sglpatch_home
 
 if TYPE_CHECKING:
     from .cli_app import AppContext
+
+
+def retire_sandbox_records(venv: Path, rebuilt: bool, *, home: Path | None = None, log=print) -> list[str]:
+    """Before the sandbox venv is built (again): the local deployment records of the install in
+    ``venv`` that still say active are marked superseded — that install is deleted now (or was
+    deleted by hand), so nothing on it can be rolled back, and a record claiming otherwise would
+    make every later ``rollback`` fail (``rebuilt``: the venv is there, to be deleted; else it was
+    deleted by hand). Says so through ``log``; returns the ids marked. The sandbox build's
+    ``before_build``."""
+    home = home or sglpatch_home()
+    stale = local_records_within(home, venv)
+    if not stale:
+        return []
+    how = "deleted and built again" if rebuilt else "gone (deleted) and built again"
+    ids = supersede_local_records(home, stale, f"the sandbox venv {venv} was {how}: the install this "
+                                               "deployment patched no longer exists")
+    if ids:
+        log(f"sandbox: the venv {venv} is {how}, so the install that deployment(s) {', '.join(ids)} patched "
+            f"is gone: their local records ({stale[0].parent}/) are marked superseded, not active — nothing "
+            f"to roll back")
+    return ids
 
 
 def run_demo(app: "AppContext", *, version: str, patchset: str, with_deps: bool = False) -> None:
@@ -29,7 +53,8 @@ def run_demo(app: "AppContext", *, version: str, patchset: str, with_deps: bool 
 
     load_patchset(patchset).target(version)   # an unsupported release fails before any install
     step(f"0. the target: a local venv with sglang=={version} from PyPI")
-    python = ensure_sandbox(version, with_deps=with_deps, log=app.say, meter=app.meter)
+    python = ensure_sandbox(version, with_deps=with_deps, log=app.say, meter=app.meter,
+                            before_build=lambda venv, existed: retire_sandbox_records(venv, existed, log=app.say))
     host = sandbox_host(version)
     app.say(f"interpreter {python}")
 

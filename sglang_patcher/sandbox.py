@@ -8,6 +8,9 @@ check reports "skipped" there, never "passed". ``with_deps`` adds the CPU set th
 import and validate (``data/sglang-<version>-cpu-requirements.txt``: CPU torch, triton and light
 packages, about 2 GB); the CPU torch wheel is found the way pip finds it — ``PIP_FIND_LINKS`` (a
 directory holding it) or ``PIP_EXTRA_INDEX_URL=https://download.pytorch.org/whl/cpu``.
+Building it again (another version, ``with_deps`` added, or the venv deleted) replaces the install
+that earlier deployments patched: the demo marks their local records superseded and says so
+(``before_build``), so that no ``rollback`` looks for them on the new venv.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import subprocess
 import sys
 from importlib import resources
 from pathlib import Path
+from typing import Callable
 
 from .errors import SglpatchError
 from .inventory import Host
@@ -50,13 +54,16 @@ def cpu_requirements(version: str) -> Path:
 
 
 def ensure_sandbox(version: str = DEFAULT_SGLANG, home: Path | None = None, *,
-                   with_deps: bool = False, log=print, meter: Meter = SILENT) -> Path:
+                   with_deps: bool = False, log=print, meter: Meter = SILENT,
+                   before_build: Callable[[Path, bool], object] | None = None) -> Path:
     """Create (once) the sandbox venv with ``sglang==version`` and return its interpreter path.
 
     ``with_deps`` also installs SGLang's CPU dependency set (see the module doc), so L1 runs.
     Raises :class:`SglpatchError` naming the step and the pip output tail when venv or pip fails
     (for example no network and no pip cache). A half-built venv is removed so the next run retries.
-    ``meter`` shows each step (pip's downloads: bytes, rate).
+    ``meter`` shows each step (pip's downloads: bytes, rate). ``before_build(venv, existed)`` is
+    called before a build deletes (``existed``) or creates the venv: the install there is replaced
+    (the demo retires its deployment records then: :func:`sglang_patcher.demo.retire_sandbox_records`).
     """
     venv = sandbox_dir(version, home)
     python = venv / "bin" / "python"
@@ -67,6 +74,8 @@ def ensure_sandbox(version: str = DEFAULT_SGLANG, home: Path | None = None, *,
         return python
     import shutil
 
+    if before_build is not None:
+        before_build(venv, venv.exists())
     if venv.exists():
         shutil.rmtree(venv)
     venv.parent.mkdir(parents=True, exist_ok=True)

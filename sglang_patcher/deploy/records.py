@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,8 @@ from ..state import safe_component, sglpatch_home
 
 # the phases of a deployment that still holds the host's files (``rolled_back`` is the other one)
 ACTIVE = ("staging", "committing", "pushed", "verified", "rolling_back")
+# the phase of a local copy whose install is gone (re-created or reinstalled): nothing to roll back
+SUPERSEDED = "superseded"
 
 
 # ------------------------------------------------------------------------------ the host's records
@@ -82,6 +85,88 @@ def local_only_active(home: Path, host: str, on_host: set[str]) -> list[Path]:
             continue
         if isinstance(rec, dict) and rec.get("phase") in ACTIVE and rec.get("id") not in on_host:
             out.append(p)
+    return out
+
+
+def lost_records(agent: Any, home: Path, host: str, on_host: set[str],
+                 live: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    """The local copies of ``host``'s records that are active but that the host's records do not
+    name (:func:`local_only_active`), each judged by the live files: ``{id, local, record,
+    site_packages, files, carried}`` — ``carried`` the paths whose live sha256 is still the one
+    the deployment wrote (files it left unchanged do not count). None carried: the install it
+    patched is gone (re-created or reinstalled); some: the host's record was lost. ``live`` is an
+    agent ``inspect`` answer's ``files`` already at hand; the paths it lacks are inspected (one
+    round trip, only when there is such a copy)."""
+    out = []
+    for path in local_only_active(home, host, on_host):
+        try:
+            rec = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        files = {p: f for p, f in (rec.get("files") or {}).items() if isinstance(f, dict)}
+        out.append({"id": str(rec.get("id") or path.stem), "local": str(path), "record": rec,
+                    "site_packages": rec.get("site_packages"), "files": len(files), "_files": files})
+    if not out:
+        return []
+    have = dict(live or {})
+    need = sorted({p for r in out for p in r["_files"]} - set(have))
+    if need:
+        have.update(agent.inspect(need).get("files", {}))
+    for r in out:
+        files = r.pop("_files")
+        r["carried"] = sorted(p for p, f in files.items() if f.get("after") != f.get("before") and (
+            (have.get(p) or {}).get("sha256") if (have.get(p) or {}).get("exists") else None) == f.get("after"))
+    return out
+
+
+def supersede_local_records(home: Path, paths: list[Path], reason: str) -> list[str]:
+    """Mark the local copies ``paths`` as superseded: ``phase`` becomes :data:`SUPERSEDED` and
+    ``superseded`` says when, why and the phase it had. For copies whose install is gone, so that
+    no command takes them for a deployment still on the host. Returns the ids marked; a copy that
+    cannot be read or written is passed over (they are copies)."""
+    done = []
+    when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    for path in paths:
+        try:
+            rec = json.loads(path.read_text())
+            if not isinstance(rec, dict) or rec.get("phase") not in ACTIVE:
+                continue
+            rec["superseded"] = {"at": when, "reason": reason, "phase": rec.get("phase")}
+            rec["phase"] = SUPERSEDED
+            tmp = path.with_name(path.name + ".tmp")
+            tmp.write_text(json.dumps(rec, indent=1, sort_keys=True) + "\n")
+            tmp.replace(path)
+        except (OSError, ValueError):
+            continue
+        done.append(str(rec.get("id") or path.stem))
+    return done
+
+
+def local_records_within(home: Path, directory: Path) -> list[Path]:
+    """The active local copies, of any host, of deployments made on an install inside
+    ``directory`` (their record's ``site_packages`` lies under it): the records a deleted venv
+    leaves behind."""
+    base = home / "deployments"
+    try:
+        root = directory.resolve()
+    except OSError:
+        return []
+    out = []
+    for p in sorted(base.glob("*/*.json")) if base.is_dir() else []:
+        try:
+            rec = json.loads(p.read_text())
+        except (OSError, ValueError):
+            continue
+        if not isinstance(rec, dict):
+            continue
+        site = rec.get("site_packages")
+        if rec.get("phase") in ACTIVE and isinstance(site, str) and site:
+            try:
+                inside = Path(site).resolve().is_relative_to(root)
+            except (OSError, ValueError):
+                continue
+            if inside:
+                out.append(p)
     return out
 
 

@@ -206,6 +206,9 @@ class StatusReport:
     note: str | None = None  # what the verdict rests on, where that is not obvious (no records, no files)
     unchecked: bool = False  # no file could be judged (no records, no patchset for the release): "unknown"
     warnings: list[str] = field(default_factory=list)  # e.g. an active revision its patchset withdrew
+    # this machine's records of deployments the host has no record of, still active here: {id, local,
+    # site_packages, files, carried} (carried: files still at its bytes; none — its install was replaced)
+    lost_records: list[dict[str, Any]] = field(default_factory=list)
     # judged against a patchset: files only its earlier revisions touched (a module a later revision
     # no longer installs); at this revision they are at rest, as the release has them
     retired: list[str] = field(default_factory=list)
@@ -272,7 +275,8 @@ class StatusReport:
                 "lock_stale": holder_is_stale(self.lock),
                 "damaged": list(self.damaged), "older_revision": self.older_revision,
                 "bad_backups": dict(self.bad_backups), "local_backups": dict(self.local_backups),
-                "note": self.note, "warnings": list(self.warnings), "retired": list(self.retired)}
+                "note": self.note, "warnings": list(self.warnings), "retired": list(self.retired),
+                "lost_records": list(self.lost_records)}
 
     def __rich__(self):
         from rich.console import Group
@@ -296,6 +300,19 @@ class StatusReport:
         if self.damaged:
             parts.append(Text(f"  damaged deployment record(s): {', '.join(self.damaged)} — apply and rollback "
                               f"refuse until they are fixed; {damaged_hint(self.host)}", style="bold red"))
+        for r in self.lost_records:
+            made = f" ({r['site_packages']})" if r.get("site_packages") else ""
+            if not r.get("carried"):
+                parts.append(Text(f"  deployment {r['id']} is active only in this machine's record {r['local']}: the "
+                                  f"host has no record of it and none of its {r.get('files')} files carries the "
+                                  f"bytes it wrote — the install it patched{made} was replaced (re-created or "
+                                  f"reinstalled), so nothing is left to roll back; `sglpatch rollback --host "
+                                  f"{self.host}` marks that record superseded", style="bold yellow"))
+            else:
+                parts.append(Text(f"  deployment {r['id']} is active in this machine's record {r['local']}, but the "
+                                  f"host has no record of it and {len(r['carried'])} of its {r.get('files')} files "
+                                  f"still carry the bytes it wrote: the host's record was lost — `sglpatch rollback "
+                                  f"--host {self.host}` says where to copy it back", style="bold red"))
         held = self.held_paths
         orphans = [f.path for f in self.files if f.state == "patched" and f.path not in held]
         if orphans and not self.journal:
@@ -359,6 +376,9 @@ class RollbackResult:
     # the restored modules' bytecode, written again on the host: recompiled [paths], failed {path: why},
     # skipped (why none was: the host's Python writes none)
     bytecode: dict[str, Any] = field(default_factory=dict)
+    # deployments active only in this machine's records whose install was replaced (none of their files
+    # carries their bytes), now marked superseded there: id → {local (the record), site_packages, files}
+    superseded: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -368,6 +388,16 @@ class RollbackResult:
 
         if not self.rolled_back and not self.files:
             from rich.text import Text
+            if self.superseded:
+                lines = [(f"{self.host}: nothing to roll back — the install that deployment(s) "
+                          f"{', '.join(self.superseded)} patched was replaced (re-created or reinstalled): the "
+                          f"host has no record of them and none of their files carries the bytes they wrote")]
+                for did, r in self.superseded.items():
+                    lines.append(f"  {did}: made on {r.get('site_packages') or 'an install'} ({r.get('files')} "
+                                 f"files); this machine's record of it, {r.get('local')}, is now marked superseded")
+                lines.append(f"  rollback and status no longer take them for deployments on the host; "
+                             f"`sglpatch status --host {self.host}` checks the files")
+                return Text("\n".join(lines))
             return Text(f"{self.host}: nothing to roll back — no sglpatch deployment is active there"
                         + (f" (deployment {self.already[-1]} was rolled back already)" if self.already else
                            " (none was ever recorded)") + f"; `sglpatch status --host {self.host}` checks the files")

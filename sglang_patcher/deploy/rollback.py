@@ -24,8 +24,8 @@ from ..transport.base import Transport
 from ..transport.local import LocalTransport
 from .agent import Progress, agent_for, host_name, lock_takeover, no_progress
 from .pristine import LocalBackups, PristineSource, Reader, wheel_reader
-from .records import (ACTIVE, check_host_records, check_local_writable, local_only_active, local_paths,
-                      save_local_record, sync_local_records)
+from .records import (ACTIVE, check_host_records, check_local_writable, local_paths, lost_records,
+                      save_local_record, supersede_local_records, sync_local_records)
 from .results import RollbackResult
 
 
@@ -44,9 +44,12 @@ def rollback_host(transport: Transport, host: Host, info: HostInfo, deployment_i
     deployment (``already``: the latest rolled-back one, if any). Backups lost on the host are put
     back first, each that is found by its recorded sha256 in the local copies, the host's mirror
     or the release's wheel (``backups_put_back`` says which came from where); if any is found
-    nowhere, no file is restored. Raises StateError (unknown id, local records of an active
-    deployment the host has no record of, a backup missing or not matching that none of those
-    holds), LockHeldError, DriftError.
+    nowhere, no file is restored. Local copies of records that say active but that the host has no
+    record of are judged by the live files: where none of its files carries the bytes it wrote, the
+    install it patched was replaced (re-created, reinstalled) — the copy is marked superseded and
+    named (``superseded``), nothing to roll back; where some still do, the host's record was lost:
+    StateError naming the copy and where it goes. Raises StateError (unknown id, that lost record,
+    a backup missing or not matching that none of those holds), LockHeldError, DriftError.
     """
     t0 = time.monotonic()
     rt0 = transport.round_trips
@@ -66,18 +69,33 @@ def rollback_host(transport: Transport, host: Host, info: HostInfo, deployment_i
     if deployment_id is None:
         if not active:
             shown = [d['id'] + ' ' + str(d.get('phase')) for d in order]
-            lost = local_only_active(home, name, set(records))
-            if not lost:  # rolled back already, or never deployed: the wanted state holds (exit 0)
+            lost = lost_records(agent, home, name, set(records))
+            gone = [r for r in lost if not r["carried"]]   # the install they patched was replaced
+            superseded: dict[str, dict[str, Any]] = {}
+            if gone:
+                why = ("the host has no record of it and none of its files carries the bytes it wrote: the "
+                       f"install it patched was replaced (re-created or reinstalled; now {info.site_packages})")
+                marked = supersede_local_records(home, [Path(r["local"]) for r in gone], why)
+                superseded = {r["id"]: {"local": r["local"], "site_packages": r["site_packages"],
+                                        "files": r["files"]} for r in gone if r["id"] in marked}
+            kept = [r for r in lost if r["carried"]]
+            if not kept:  # rolled back already, never deployed, or its install gone: the wanted state holds
                 return RollbackResult(host=name, rolled_back=[], files={},
                                       already=[d["id"] for d in order if d.get("phase") == "rolled_back"][-1:],
-                                      round_trips=transport.round_trips - rt0, seconds=time.monotonic() - t0)
+                                      round_trips=transport.round_trips - rt0, seconds=time.monotonic() - t0,
+                                      superseded=superseded)
+            state_dir = str(getattr(host, "state_dir", None) or f"{info.site_packages}/.sglpatch")
+            r = kept[-1]
             raise StateError(
-                f"{name}: no deployment to roll back in the host's records (history: "
-                f"{', '.join(shown[-5:]) or 'empty'}{f', and {len(shown) - 5} earlier' if len(shown) > 5 else ''})",
-                hint=f"the host has no record of deployment(s) {', '.join(p.stem for p in lost)}, active in "
-                     f"the local copies: {', '.join(str(p) for p in lost)} — if its files are still patched "
-                     f"(`sglpatch status --host {name}`), copy the record back into the host's .sglpatch/"
-                     f"deployments/ and roll back again")
+                f"{name}: deployment {r['id']} is active in this machine's records ({r['local']}) but the host "
+                f"has no record of it, and {len(r['carried'])} of its {r['files']} files still carry the bytes it "
+                f"wrote ({', '.join(r['carried'][:3])}{', …' if len(r['carried']) > 3 else ''}): the host's record "
+                f"was lost, so nothing was rolled back (the host's history: {', '.join(shown[-5:]) or 'empty'}"
+                f"{f', and {len(shown) - 5} earlier' if len(shown) > 5 else ''})"
+                + (f"; the local records of {', '.join(superseded)}, whose install was replaced, are now marked "
+                   f"superseded" if superseded else ""),
+                hint=f"copy the record back: {r['local']} into the host's {state_dir}/deployments/, then run "
+                     f"`sglpatch rollback --host {name}` again")
         todo = [active[-1]]
     else:
         if deployment_id not in records:

@@ -18,7 +18,7 @@ from ..state import sglpatch_home
 from ..transport.base import Transport
 from .agent import agent_for, host_name
 from .plan import patchset_view, record_hashes
-from .records import ACTIVE, damaged_records, is_damaged, local_paths
+from .records import ACTIVE, damaged_records, is_damaged, local_paths, lost_records
 from .results import FileStatus, StatusReport
 
 
@@ -29,6 +29,8 @@ def host_status(transport: Transport, host: Host, info: HostInfo, patchset: Patc
     With ``patchset``: its touched files, judged against its pristine/expected/history hashes (one
     round trip). Without: the files of the host's deployment records, judged against the installed
     distribution's RECORD (pristine) and the records' ``after`` hashes (two round trips).
+    ``lost_records``: this machine's copies of records that say active but that the host has no
+    record of, each with the files that still carry its bytes (none: its install was replaced).
     """
     agent = agent_for(transport, host, info)
     name = host_name(host, transport)
@@ -125,8 +127,12 @@ def host_status(transport: Transport, host: Host, info: HostInfo, patchset: Patc
     bad = ins.get("bad_backups", {})
     local_copies = {did: str(bdir) for did in bad  # where save_local_record kept the originals, if it did
                     if (bdir := local_paths(home or sglpatch_home(), name, did)[1]).is_dir()}
-    return StatusReport(host=name, sglang_version=version, files=files,
+    done = StatusReport(host=name, sglang_version=version, files=files,
                         deployments=[d for d in deployments if not is_damaged(d)],
                         journal=None if journal is None or is_damaged(journal) else journal, lock=ins.get("lock"),
                         patchset=ps_name, revision=ps_rev, damaged=damaged, older_revision=older,
                         bad_backups=bad, local_backups=local_copies, retired=sorted(retired))
+    on_host = {str(d.get("id")) for d in deployments} | ({str(journal.get("id"))} if journal else set())
+    done.lost_records = [{k: v for k, v in r.items() if k != "record"} for r in
+                         lost_records(agent, home or sglpatch_home(), name, on_host, ins.get("files", {}))]
+    return done

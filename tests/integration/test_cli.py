@@ -562,9 +562,56 @@ def test_a_host_record_lost_is_named_by_status_and_rollback_points_at_the_local_
     code, data, _ = run_json(capsys, *h, "rollback", "--host", "here")
     local = sglpatch_home / "deployments" / "here" / rec.name
     assert code == 10 and str(local) in data["hint"] and "copy the record back" in data["hint"], data
+    assert "the host's record was lost" in data["error"] and "files still carry" in data["error"], data
+    assert json.loads(local.read_text())["phase"] == "verified"  # its files are patched: not superseded
     shutil.copyfile(local, rec)  # what the hint says
     assert run_json(capsys, *h, "rollback", "--host", "here")[0] == 0
     assert run_json(capsys, *h, "status", "--host", "here", "--patchset", "ddtree")[1]["overall"] == "pristine"
+
+
+
+def test_an_install_replaced_under_a_deployment_is_said_by_status_and_rollback_retires_its_record(
+        capsys, tmp_path, sglpatch_home, local_target):
+    """A patched install re-created (the demo's --with-deps rebuilt its sandbox; a reinstall): the
+    host's records went with it, this machine's copy still said "active", and every `rollback` failed
+    with exit 10, its hint telling to copy the record back onto a pristine install. Now status says
+    the install was replaced; rollback says so, marks the local record superseded and exits 0; the
+    next rollback and status are plain."""
+    from sglang_patcher.inventory import Host
+
+    hosts = write_hosts(tmp_path / "hosts.yaml", Host(name="here", transport="local", python=str(local_target)))
+    h = ["--hosts", str(hosts)]
+    code, data, err = run_json(capsys, *h, "apply", "ddtree", "--host", "here", "--yes")
+    assert code == 0, err
+    did = data["deployment_id"]
+    local = sglpatch_home / "deployments" / "here" / f"{did}.json"
+    local_target.reset()          # the install re-created: the release's files, no .sglpatch/ state
+    assert not (local_target.site_packages / ".sglpatch").exists()
+
+    for extra in ([], ["--patchset", "ddtree"]):
+        code, out, err = run_cli(capsys, *h, "status", "--host", "here", *extra)
+        assert code == 0, err
+        assert str(local) in "".join(out.split()), out   # the path, wherever the console wrapped it
+        out = " ".join(out.split())
+        assert f"deployment {did} is active only in this machine's record" in out, out
+        assert "the install it patched" in out and "was replaced (re-created or reinstalled)" in out, out
+        assert "`sglpatch rollback --host here` marks that record superseded" in out, out
+    code, data, _ = run_json(capsys, *h, "status", "--host", "here")
+    assert data["overall"] == "pristine" and [r["id"] for r in data["lost_records"]] == [did], data
+    assert data["lost_records"][0]["carried"] == [], data
+
+    code, out, err = run_cli(capsys, *h, "rollback", "--host", "here")
+    assert code == 0, out + err
+    assert str(local) in "".join(out.split()), out
+    out = " ".join(out.split())
+    assert f"nothing to roll back — the install that deployment(s) {did} patched was replaced" in out, out
+    assert "this machine's record of it," in out and "is now marked superseded" in out, out
+    assert json.loads(local.read_text())["phase"] == "superseded"
+    code, data, err = run_json(capsys, *h, "rollback", "--host", "here")   # a plain no-op from now on
+    assert code == 0 and data["rolled_back"] == [] and data["superseded"] == {}, (data, err)
+    assert run_json(capsys, *h, "rollback")[0] == 0                       # the host of the newest record
+    code, data, _ = run_json(capsys, *h, "status", "--host", "here")
+    assert code == 0 and data["lost_records"] == [] and data["overall"] == "pristine", data
 
 
 def test_rollback_of_files_already_back_to_their_originals_is_not_drift(capsys, tmp_path, sglpatch_home,
@@ -581,8 +628,9 @@ def test_rollback_of_files_already_back_to_their_originals_is_not_drift(capsys, 
     rel = "sglang/srt/speculative/spec_utils.py"
     local_target.reset()   # every sglang file back to pristine, the state dir removed...
     code, data, err = run_json(capsys, *h, "rollback", "--host", "here")
-    # ...the records went with it: nothing to roll back is an error that says so
-    assert code == 10, data
+    # ...the records went with it: the install was replaced, nothing to roll back (its local record
+    # is marked superseded; this was exit 10 for ever)
+    assert code == 0 and len(data["superseded"]) == 1 and data["rolled_back"] == [], data
     assert run_json(capsys, *h, "apply", "ddtree@1", "--host", "here", "--yes")[0] == 0
     pristine = local_target.pristine / site.relative_to(local_target.venv) / rel
     (site / rel).write_bytes(pristine.read_bytes())

@@ -63,3 +63,34 @@ def test_demo_tells_the_whole_story_and_leaves_the_sandbox_pristine(capsys, sglp
     err = " ".join(err.split())
     assert code == 8 and rel in err and "edited by hand" in err and "rollback" not in err, err
     assert f"delete {sandbox_dir()}" in err
+
+
+def test_a_demo_that_builds_its_sandbox_again_retires_the_records_of_the_patched_one(capsys, sglpatch_home):
+    """A fresh user applied ddtree to the sandbox, then ran `sglpatch demo --with-deps`: the demo
+    deleted the patched venv and built it again, the local record still said "active", and every
+    `sglpatch rollback` failed (exit 10) from then on. The rebuild now marks that record superseded
+    and says so, the demo runs through, and rollback has nothing to do (exit 0). The rebuild is
+    forced here as --with-deps (or another --sglang) forces it: the venv's marker names another
+    build than the one asked for."""
+    from sglang_patcher.sandbox import ensure_sandbox
+
+    ensure_sandbox(log=lambda line: None)
+    capsys.readouterr()
+    code = main(["--json", "apply", "ddtree", "--host", "sandbox", "--yes"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    did = json.loads(out)["deployment_id"]
+    local = sglpatch_home / "deployments" / "sandbox" / f"{did}.json"
+    (sandbox_dir() / ".sglpatch-ready").write_text("0.5.23 (another build)\n")
+
+    code = main(["demo"])
+    out, err = capsys.readouterr()
+    assert code == 0, out + err
+    said = " ".join(out.split())
+    assert f"the install that deployment(s) {did} patched is gone" in said, said[:3000]
+    assert "marked superseded, not active — nothing to roll back" in said, said[:3000]
+    rec = json.loads(local.read_text())
+    assert rec["phase"] == "superseded" and rec["superseded"]["phase"] == "verified", rec
+    code = main(["rollback"])           # the host of the newest local record: the sandbox
+    out, err = capsys.readouterr()
+    assert code == 0 and "nothing to roll back" in out, out + err
