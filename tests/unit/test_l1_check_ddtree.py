@@ -142,3 +142,23 @@ def test_a_syntax_error_in_a_patched_module_fails(tmp_path):
 ])
 def test_first_party_classification(name, first_party):
     assert _load_script()._first_party(name) is first_party
+
+
+def test_an_error_raised_in_a_third_party_package_is_named_the_environment_crafted_sglang(tmp_path, script):
+    """A torchvision built for another torch raises while sglang imports it: the failure says it is
+    the host's environment (and which file raised), not the patch; the same error raised inside
+    sglang's own code stays a plain failure (the control)."""
+    if script != SCRIPTS["r2"]:
+        pytest.skip("the current revision's script")
+    vision = 'raise RuntimeError("operator torchvision::nms does not exist")\n'
+    pp = _package(tmp_path / "env", {"fakevision_q7/__init__.py": vision,
+                                     "sglang/__init__.py": "import fakevision_q7\n"})
+    checks, _ = _run(pp)
+    first = checks[0]
+    assert first["status"] == "failed" and first["detail"].startswith("environment:"), first
+    assert "fakevision_q7/__init__.py" in first["detail"] and "torchvision::nms" in first["detail"]
+    assert not any(c["status"] == "passed" for c in checks)
+    own = _package(tmp_path / "own", {"sglang/__init__.py": vision})
+    checks, _ = _run(own)
+    assert checks[0]["status"] == "failed" and not checks[0]["detail"].startswith("environment:"), checks[0]
+    assert "torchvision::nms" in checks[0]["detail"]

@@ -442,6 +442,29 @@ def _tail(exc: BaseException) -> str:
     return "".join(lines).strip().splitlines()[-1][:2000]
 
 
+def _third_party_origin(exc: BaseException) -> str | None:
+    """The file of the innermost frame when it is outside the sglang package (the error comes from
+    the host's environment, e.g. a torchvision built for another torch), else None."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    if not frames:
+        return None
+    inner = frames[-1].filename.replace(os.sep, "/")
+    if "/sglang/" in inner or inner.endswith("l1_ddtree.py") or inner.startswith("<"):
+        return None
+    return inner
+
+
+def _failure_detail(exc: BaseException) -> str:
+    """A failed check's detail; an error raised inside a third-party package says it is the host's
+    environment, not the patch, and what to do."""
+    origin = _third_party_origin(exc)
+    if origin is None:
+        return _tail(exc)
+    return (f"environment: the error is raised in {origin}, a package SGLang imports, not in sglang "
+            f"itself ({_tail(exc)}); the unpatched release would fail the same way: repair the host's "
+            "Python environment (e.g. a torchvision built for its torch) and apply again")
+
+
 def run() -> list[dict]:
     results = []
 
@@ -450,8 +473,8 @@ def run() -> list[dict]:
 
     try:
         mods, missing = _import_all()
-    except Exception as exc:  # a first-party import error: the patched tree is broken
-        add("import patched modules", "failed", _tail(exc))
+    except Exception as exc:  # an import error: the patched tree is broken, or the environment
+        add("import patched modules", "failed", _failure_detail(exc))
         for name, _ in CHECKS:
             add(name, "skipped", "the patched modules do not import")
         return results
@@ -479,7 +502,7 @@ def run() -> list[dict]:
             else:
                 add(name, "skipped", f"missing module {exc.name}")
         except Exception as exc:
-            add(name, "failed", _tail(exc))
+            add(name, "failed", _failure_detail(exc))
     return results
 
 
