@@ -160,7 +160,11 @@ def plan_apply(transport: Transport, host: Host, info: HostInfo, patchset: Patch
         exp = sha256_or_none(want)
         fp = FilePlan(path=p, state="drifted", live=live, pristine=pristine_h.get(p), expected=exp,
                       live_mode=li.get("mode"), owner=None if li.get("uid") is None else f"{li.get('uid')}:{li.get('gid')}")
-        if live == exp and (mode is None or li.get("mode") == mode):
+        # a path only an earlier revision touched, already as the release has it: nothing to do
+        at_rest = live == exp and p not in expected_h and live == pristine_h.get(p)
+        if at_rest:
+            fp.state = "pristine"
+        elif live == exp and (mode is None or li.get("mode") == mode):
             fp.state, fp.found_revision = "patched", int(patchset.revision)
         elif live == exp:
             fp.state, fp.found_revision = "patched", int(patchset.revision)  # mode differs: rewrite it
@@ -172,7 +176,7 @@ def plan_apply(transport: Transport, host: Host, info: HostInfo, patchset: Patch
                 if p in history[rev] and history[rev][p] == live:
                     fp.state, fp.found_revision = "older", rev
                     break
-        if fp.state in ("pristine", "older", "drifted"):
+        if fp.state in ("pristine", "older", "drifted") and not at_rest:
             fp.action = "write" if want is not None else "delete"
             fp.mode = mode
         if fp.action == "write":

@@ -143,8 +143,9 @@ def test_the_whole_story_over_ssh(capsys, tmp_path, sglpatch_home, sshd, sglang_
     code, data, err = run_json(capsys, "--hosts", str(hosts), "status", "--host", "gpu-test",
                                "--patchset", "ddtree")
     assert code == 0, err
-    states = file_states(data)
-    assert states and all(s.startswith("patched") for s in states.values()), states
+    states = file_states(data)   # patched, but a file only an earlier revision installed: absent
+    assert states and all(s.startswith("patched") for p, s in states.items() if p not in data["retired"]), states
+    assert data["overall"] == "patched" and all(states[p] == "absent" for p in data["retired"]), data
 
     code, data, err = run_json(capsys, "--hosts", str(hosts), "apply", "ddtree", "--host",
                                "gpu-test", "--yes")
