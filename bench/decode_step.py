@@ -357,7 +357,9 @@ def load_sglang_extend_attention(src: Optional[str]) -> Tuple[Callable, str]:
         f.write(_SHIM_ENVIRON)
     with open(os.path.join(root, "sglang/srt/utils.py"), "w") as f:
         f.write(_SHIM_UTILS)
-    for m in [m for m in sys.modules if m == "sglang" or m.startswith("sglang.")]:
+    # keep the DDTree kernels' names (bound to patchsets.ddtree.kernels by modules/__init__.py)
+    for m in [m for m in sys.modules if (m == "sglang" or m.startswith("sglang."))
+              and not m.startswith("sglang.kernels.ops.speculative.ddtree_")]:
         del sys.modules[m]
     sys.path.insert(0, root)
     mod = importlib.import_module("sglang.kernels.ops.attention.extend_attention")
