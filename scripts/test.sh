@@ -9,7 +9,11 @@ PY=${PYTHON:-python3}
 if ! command -v nvidia-smi >/dev/null 2>&1; then
   export TRITON_INTERPRET=1
 fi
-$PY -m pytest "$@"
+# Test files run in parallel, one pytest-xdist worker per core (at least 2: many tests wait on ssh,
+# pip or a server); a file's tests stay on one worker, so its module-scoped servers start once.
+# SGLPATCH_TEST_WORKERS=0 runs them in one process.
+WORKERS=${SGLPATCH_TEST_WORKERS:-$(( $(nproc) > 2 ? $(nproc) : 2 ))}
+$PY -m pytest -n "$WORKERS" --dist loadfile "$@"
 rc=$?
 if [ $rc -eq 5 ]; then
   echo "test.sh: pytest collected no tests — that is a failure, not a pass" >&2

@@ -11,6 +11,7 @@ When run as root the target is a dedicated non-root user (:data:`TEST_USER`, cre
 
 from __future__ import annotations
 
+import fcntl
 import os
 import pwd
 import shutil
@@ -80,14 +81,17 @@ def sshd_available() -> bool:
 
 def ensure_test_user(name: str = TEST_USER) -> str:
     """Create the non-root login user (root only); returns its name. Idempotent."""
-    try:
-        pwd.getpwnam(name)
-    except KeyError:
-        subprocess.run(["useradd", "--create-home", "--shell", "/bin/bash", name], check=True,
-                       capture_output=True)
-    # sshd refuses accounts whose password field is locked ('!') even for key login without PAM;
-    # '*' means "no password" but not locked.
-    subprocess.run(["usermod", "-p", "*", name], check=True, capture_output=True)
+    # pytest-xdist workers start their own sshd at the same time: one useradd/usermod at a time
+    with open(f"/tmp/.sglpatch-test-user-{name}.lock", "a+") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            pwd.getpwnam(name)
+        except KeyError:
+            subprocess.run(["useradd", "--create-home", "--shell", "/bin/bash", name], check=True,
+                           capture_output=True)
+        # sshd refuses accounts whose password field is locked ('!') even for key login without
+        # PAM; '*' means "no password" but not locked.
+        subprocess.run(["usermod", "-p", "*", name], check=True, capture_output=True)
     home = Path(pwd.getpwnam(name).pw_dir)
     home.mkdir(parents=True, exist_ok=True)
     return name
