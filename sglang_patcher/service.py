@@ -26,8 +26,9 @@ from .patchset import Patchset, load_patchset
 from .progress import SILENT, Meter
 from .serve.check import CheckRun, load_prompts, run_serving_levels
 from .inventory_edit import set_host_value
-from .serve.bench import Arm as BenchArm, BenchRun, choose_schedule, last_comparable, plot, run_bench, schedule_text, store
+from .serve.bench import Arm as BenchArm, BenchRun, choose_schedule, last_comparable, plot, run_bench, store
 from .serve.profile import ServeProfile
+from .serve.schedule import CHAIN, schedule_text
 from .serve.gate import Gate
 from .serve.server import list_servers, stop_server
 from .state import sglpatch_home
@@ -782,9 +783,10 @@ def _write_sweep(run: BenchRun, host: Host, profile: ServeProfile, inventory_pat
     # chain entries (DFlash's own step) need ddtree revision 4 or later on the host
     chain_ok = run.patchset == "ddtree" and (run.revision or 0) >= 4
     entries = choose_schedule(run, chain=chain_ok)
-    run.schedule = schedule_text(entries)
     if not entries:
+        run.schedule = ""
         return
+    run.schedule = schedule_text(entries)
     if "--disable-cuda-graph" not in profile.args:
         run.schedule_written = (f"not written to {host.name}'s profile: this ddtree revision applies a "
                                 "schedule of several budgets only with --disable-cuda-graph (its CUDA "
@@ -794,7 +796,7 @@ def _write_sweep(run: BenchRun, host: Host, profile: ServeProfile, inventory_pat
     if inventory_path is None or not Path(inventory_path).is_file():
         run.schedule_written = f"not written: {host.name} comes from no inventory file"
         return
-    top = max([n for _, n in entries if isinstance(n, int)], default=0)
+    top = max([n for _, n in entries if n != CHAIN], default=0)
     set_host_value(Path(inventory_path), host.name, ["serve", "ddtree", "budget_schedule"], run.schedule)
     if top > profile.ddtree.budget:
         set_host_value(Path(inventory_path), host.name, ["serve", "ddtree", "budget"], top)

@@ -29,6 +29,7 @@ from ..inventory import Host
 from ..state import sglpatch_home
 from ..transport.base import Transport
 from .profile import DDTreeSettings, ServeProfile
+from .schedule import CHAIN, Entry
 from .server import Progress, RemoteServer, launch_argv
 
 HISTORY = "bench/history.jsonl"
@@ -349,25 +350,22 @@ def plot(run: BenchRun, path: Path) -> Path:
 
 # ------------------------------------------------------------------------------------ sweep
 
-CHAIN = "chain"        # a schedule entry that runs DFlash's own decode step (ddtree revision 4)
-ScheduleEntry = tuple[int, int | str]
-
-
-def choose_schedule(run: BenchRun, *, chain: bool = True) -> list[ScheduleEntry]:
+def choose_schedule(run: BenchRun, *, chain: bool = True) -> list[Entry]:
     """For each measured concurrency, the DDTREE budget with the highest output tokens/s (ties:
-    the smaller budget) — or ``"chain"`` where DFLASH, measured in the same run, was faster than
+    the smaller budget) — or ``CHAIN`` where DFLASH, measured in the same run, was faster than
     every DDTREE budget (``chain``: the patchset revision runs DFlash's own step there) — as
-    (batch size, budget) entries of a budget schedule. Rows with failed requests never win.
-    Consecutive concurrencies with the same winner share one entry, and the first entry starts at
-    1 (the running batch size is taken to be the concurrency). [] without DDTREE rows."""
-    entries: list[ScheduleEntry] = []
+    (batch size, budget) entries of a budget schedule (:func:`.schedule.schedule_text` writes
+    them). Rows with failed requests never win. Consecutive concurrencies with the same winner
+    share one entry, and the first entry starts at 1 (the running batch size is taken to be the
+    concurrency). [] without DDTREE rows."""
+    entries: list[Entry] = []
     for c in sorted({r.concurrency for r in run.rows}):
         rows = [r for r in run.rows if r.algorithm == "DDTREE" and r.concurrency == c and r.budget
                 and not r.failed]
         if not rows:
             continue
         best = max(rows, key=lambda r: (r.tok_s, -int(r.budget or 0)))
-        pick: int | str = int(best.budget or 0)
+        pick = int(best.budget or 0)
         dflash = [r.tok_s for r in run.rows if r.algorithm == "DFLASH" and r.concurrency == c and not r.failed]
         if chain and dflash and max(dflash) > best.tok_s:
             pick = CHAIN
@@ -376,7 +374,3 @@ def choose_schedule(run: BenchRun, *, chain: bool = True) -> list[ScheduleEntry]
     if entries:
         entries[0] = (1, entries[0][1])
     return entries
-
-
-def schedule_text(entries: list[ScheduleEntry]) -> str:
-    return ",".join(f"{bs}:{n}" for bs, n in entries)

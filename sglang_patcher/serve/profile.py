@@ -25,8 +25,9 @@ import re
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from .schedule import parse_entries, schedule_text
+
 _PORTS = re.compile(r"^\s*(\d+)\s*(?:-\s*(\d+)\s*)?$")
-_SCHEDULE_ENTRY = re.compile(r"^\s*[1-9]\d*\s*:\s*([1-9]\d*|chain)\s*$", re.IGNORECASE)
 ALGORITHMS = ("none", "DFLASH", "DDTREE")
 
 
@@ -38,7 +39,8 @@ class DDTreeSettings(BaseModel):
     budget: int = Field(default=64, ge=1)
     topk: int | None = Field(default=None, ge=1)
     # budget by running batch size, "BATCH:BUDGET,..." with BUDGET a number or chain (DFlash's own
-    # step at that batch size; ddtree revision 4), written by `sglpatch bench --sweep`
+    # step at that batch size; ddtree revision 4), written by `sglpatch bench --sweep`; the
+    # server's grammar (serve/schedule.py), kept as its normal text (sorted, lower case, no spaces)
     budget_schedule: str | None = None
 
     @field_validator("budget_schedule")
@@ -46,10 +48,11 @@ class DDTreeSettings(BaseModel):
     def _schedule(cls, v: str | None) -> str | None:
         if v is None:
             return v
-        pairs = [p for p in v.split(",") if p.strip()]
-        if not pairs or not all(_SCHEDULE_ENTRY.match(p) for p in pairs):
-            raise ValueError(f"budget_schedule must be BATCH:BUDGET pairs like '1:64,4:16,16:chain', got {v!r}")
-        return ",".join(p.strip().replace(" ", "").lower() for p in pairs)
+        try:
+            return schedule_text(parse_entries(v))
+        except ValueError as exc:
+            raise ValueError(f"budget_schedule must be BATCH:BUDGET pairs like '1:64,4:16,16:chain', "
+                             f"got {v!r}: {exc}") from None
 
     def flags(self) -> list[str]:
         out = ["--speculative-ddtree-budget", str(self.budget)]

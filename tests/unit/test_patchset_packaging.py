@@ -3,7 +3,8 @@
 Builds the project's wheel from a copy of the sources plus a small patchset laid out like ddtree
 (series in ``sglang-<v>/``, ``modules/``, ``checks/``, ``history/r1/``), installs it with
 ``pip install --target``, and loads the patchset by name from a directory without ``./patchsets``.
-This catches package-data rules that leave series files out of the wheel.
+This catches package-data rules that leave series files out of the wheel, and checks that the installed
+sglpatch imports the ddtree payload's budget-schedule grammar from the installed ``patchsets`` package.
 """
 
 from __future__ import annotations
@@ -84,9 +85,16 @@ def test_installed_patchsets_package_ships_series_modules_checks_and_history(tmp
         assert ps.l1_check.is_file()
         assert load_patchset("pkgdemo@1").revision == 1
         print("installed", ps.root)
+        # sglpatch reads budget schedules with the ddtree payload's own grammar, imported from the
+        # installed patchsets package
+        from sglang_patcher.serve.schedule import CHAIN, parse_entries
+        import patchsets.ddtree.modules.ddtree_budget as grammar
+        assert parse_entries("1:8, 4:chain") == ((1, 8), (4, CHAIN))
+        print("grammar", grammar.__file__)
         """)
     env = {"PYTHONPATH": str(site), "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
     run = subprocess.run([sys.executable, "-c", code], cwd=elsewhere, capture_output=True, text=True, env=env,
                          timeout=120)
     assert run.returncode == 0, run.stderr[-2000:]
     assert str(site) in run.stdout
+    assert f"grammar {site}" in run.stdout, run.stdout

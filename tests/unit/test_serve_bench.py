@@ -82,8 +82,10 @@ def sweep_run(revision: int = 4, failed_dflash: int = 0) -> BenchRun:
 
 
 def test_sweep_schedule_is_the_fastest_budget_per_concurrency_or_chain_where_dflash_won():
-    from sglang_patcher.serve.bench import choose_schedule, schedule_text
+    from sglang_patcher.serve.bench import choose_schedule
+    from sglang_patcher.serve.schedule import CHAIN, schedule_text
 
+    assert choose_schedule(sweep_run()) == [(1, 8), (2, 16), (8, CHAIN)]
     assert schedule_text(choose_schedule(sweep_run())) == "1:8,2:16,8:chain"
     # without chain steps (an older revision): the fastest DDTREE budget everywhere
     assert schedule_text(choose_schedule(sweep_run(), chain=False)) == "1:8,2:16,8:8"
