@@ -1,14 +1,19 @@
-"""The ddtree patchset (current revision: 4) against the real sglang 0.5.23 wheel, and its L1 check for real.
+"""The ddtree patchset (current revision: 5) against the real sglang wheels of every release it
+targets (0.5.23 and 0.5.22), and its L1 check for real.
 
-* The series applies to the pristine wheel tree with GNU ``patch --fuzz=0`` and with the project's
-  strict applier (``Patchset.render``), and both give exactly the manifest's ``expected`` hashes; the
-  ``pristine`` hashes are the wheel's RECORD hashes.
-* The patchset README lists every DFLASH check site of the pristine tree (an AST scan), so a port to
-  another release cannot silently skip one.
-* L1 (marker ``l1``): the check script, run by a real target venv's interpreter, reports every check
-  ``skipped`` on a ``--no-deps`` venv, ``failed`` on an unpatched L1 venv (``from_string("DDTREE")``
-  raises there), and ``passed`` on the patched L1 venv (sglang_patcher/data/sglang-0.5.23-cpu-requirements.txt: CPU torch + light
-  deps). The venvs are the shared cached ones of ``tests/support/venvs.py``.
+* Per release: the series applies to the pristine wheel tree with GNU ``patch --fuzz=0`` and with
+  the project's strict applier (``Patchset.render``), and both give exactly the manifest's
+  ``expected`` hashes; the ``pristine`` hashes are the wheel's RECORD hashes; the patched files
+  compile.
+* The patchset README lists every DFLASH check site of the pristine 0.5.23 tree (an AST scan), and
+  every site of another release either has a 0.5.23 site of the same source line in the same file
+  (the README's row holds for it) or is listed in that release's own table — so a port cannot
+  silently skip one.
+* L1 (marker ``l1``), per release: the check script, run by a real target venv's interpreter,
+  reports every check ``skipped`` on a ``--no-deps`` venv, ``failed`` on an unpatched L1 venv
+  (``from_string("DDTREE")`` raises there), and ``passed`` on the patched L1 venv
+  (sglang_patcher/data/sglang-0.5.23-cpu-requirements.txt: CPU torch + light deps; the same set
+  serves 0.5.22). The venvs are the shared cached ones of ``tests/support/venvs.py``.
 """
 
 from __future__ import annotations
@@ -37,8 +42,9 @@ REPO = Path(__file__).resolve().parents[2]
 DDTREE = REPO / "patchsets" / "ddtree"
 L1_SCRIPT = DDTREE / "checks" / "l1_ddtree.py"
 README = DDTREE / "README.md"
-V = "0.5.23"
-L1_CHECKS = 30          # revision 4 (revision 3 had 26, revision 2 had 25, revision 1 had 10)
+V = "0.5.23"             # the release the revision history and the README's site table are of
+RELEASES = load_patchset(DDTREE).versions
+L1_CHECKS = 30          # revision 4 and 5 (revision 3 had 26, revision 2 had 25, revision 1 had 10)
 
 
 def _sha(data: bytes) -> str:
@@ -50,23 +56,33 @@ def ps():
     return load_patchset(DDTREE)
 
 
-@pytest.fixture(scope="module")
-def tree():
-    """The pristine sglang 0.5.23 tree from the PyPI wheel (cached download, fresh verified tree)."""
+def _pristine_tree(version: str):
     from sglang_patcher.wheelcache import pristine_tree
 
     home = Path(os.environ.get("SGLPATCH_TEST_WHEEL_HOME", "/var/tmp/sglpatch-tests/wheel-home"))
     home.mkdir(parents=True, exist_ok=True)
     try:
-        return pristine_tree(V, home=home)
+        return pristine_tree(version, home=home)
     except PatchsetError as exc:
         if os.environ.get("CI"):
             raise
-        pytest.skip(f"cannot fetch the sglang {V} wheel: {exc}")
+        pytest.skip(f"cannot fetch the sglang {version} wheel: {exc}")
 
 
-def _record_hashes(tree) -> dict[str, str]:
-    rec = tree.read(f"sglang-{V}.dist-info/RECORD").decode()
+@pytest.fixture(scope="module")
+def tree():
+    """The pristine sglang 0.5.23 tree from the PyPI wheel (cached download, fresh verified tree)."""
+    return _pristine_tree(V)
+
+
+@pytest.fixture(scope="module", params=RELEASES)
+def release(request):
+    """``(version, pristine tree)`` for each SGLang release the current revision targets."""
+    return request.param, _pristine_tree(request.param)
+
+
+def _record_hashes(tree, version: str) -> dict[str, str]:
+    rec = tree.read(f"sglang-{version}.dist-info/RECORD").decode()
     out = {}
     for row in csv.reader(rec.splitlines()):
         if len(row) >= 2 and row[1].startswith("sha256="):
@@ -74,9 +90,9 @@ def _record_hashes(tree) -> dict[str, str]:
     return out
 
 
-def _patched_copy(ps, tree, dest: Path) -> Path:
+def _patched_copy(ps, tree, dest: Path, version: str) -> Path:
     """Copy the touched files of the pristine tree to ``dest`` and apply the series with GNU patch."""
-    target = ps.target(V)
+    target = ps.target(version)
     for path, sha in target.pristine.items():
         if sha is None:
             continue                        # a new module (new_files), absent from the release
@@ -91,9 +107,10 @@ def _patched_copy(ps, tree, dest: Path) -> Path:
     return dest
 
 
-def test_pristine_hashes_are_the_wheel_record(ps, tree):
-    record = _record_hashes(tree)
-    for path, sha in ps.target(V).pristine.items():
+def test_pristine_hashes_are_the_wheel_record(ps, release):
+    version, tree = release
+    record = _record_hashes(tree, version)
+    for path, sha in ps.target(version).pristine.items():
         if sha is None:                     # a module the patchset adds: not in the release
             assert path not in record and tree.read(path) is None, path
             continue
@@ -101,9 +118,10 @@ def test_pristine_hashes_are_the_wheel_record(ps, tree):
 
 
 @pytest.mark.skipif(shutil.which("patch") is None, reason="GNU patch is not installed")
-def test_series_applies_with_gnu_patch_fuzz0_to_expected_hashes(ps, tree, tmp_path):
-    out = _patched_copy(ps, tree, tmp_path)
-    target = ps.target(V)
+def test_series_applies_with_gnu_patch_fuzz0_to_expected_hashes(ps, release, tmp_path):
+    version, tree = release
+    out = _patched_copy(ps, tree, tmp_path, version)
+    target = ps.target(version)
     assert set(target.expected) == set(target.pristine)
     for path, sha in target.expected.items():
         if path in target.new_files:        # installed whole, not patched
@@ -113,11 +131,12 @@ def test_series_applies_with_gnu_patch_fuzz0_to_expected_hashes(ps, tree, tmp_pa
         assert _sha((out / path).read_bytes()) == sha, path
 
 
-def test_series_renders_with_the_strict_applier(ps, tree):
-    res = ps.render(V, tree.read)          # checks pristine and expected hashes itself
-    assert sorted(res.files) == sorted(ps.target(V).expected)
+def test_series_renders_with_the_strict_applier(ps, release):
+    version, tree = release
+    res = ps.render(version, tree.read)    # checks pristine and expected hashes itself
+    assert sorted(res.files) == sorted(ps.target(version).expected)
     for path, change in res.files.items():
-        assert _sha(change.new) == ps.target(V).expected[path], path
+        assert _sha(change.new) == ps.target(version).expected[path], path
     assert "+    DDTREE = auto()" in res.diff_text()
     assert "+    speculative_ddtree_budget: A[" in res.diff_text()
     # revision 2: the worker is dispatched, the revision-1 refusal is gone
@@ -165,12 +184,12 @@ def test_revision_3_is_frozen_and_recognised_by_revision_4(ps, tree):
     sglang/kernels/ops/speculative/) no longer installs revision 3's ddtree_kernels.py: revision 3
     stays loadable and rendering as ``ddtree@3``, its files are recognised by their hashes, the
     kernel module among them (an upgrade deletes it), and nothing of revision 3 is left untracked."""
-    r3 = load_patchset("ddtree@3")
-    assert (ps.revision, r3.revision) == (4, 3)
+    r3, r4 = load_patchset("ddtree@3"), load_patchset("ddtree@4")
+    assert (r4.revision, r3.revision) == (4, 3)
     assert r3.root == DDTREE / "history" / "r3"
     r3.render(V, tree.read)
-    e3, e4 = r3.target(V).expected, ps.target(V).expected
-    assert ps.spec.history[3][V] == e3
+    e3, e4 = r3.target(V).expected, r4.target(V).expected
+    assert ps.spec.history[3][V] == r4.spec.history[3][V] == e3
     retired = set(e3) - set(e4)
     assert retired == {"sglang/srt/speculative/ddtree_kernels.py"}
     assert set(e4) - set(e3) == {f"sglang/kernels/ops/speculative/ddtree_{m}.py"
@@ -179,20 +198,44 @@ def test_revision_3_is_frozen_and_recognised_by_revision_4(ps, tree):
     # the kernels' callers changed with the move (their imports), the rest is the chain steps' change
     assert {"sglang/srt/speculative/ddtree_tree.py", "sglang/srt/speculative/ddtree_accept.py"} <= changed
     for path, sha in e3.items():
-        assert ps.classify(path, sha, version=V) == ("patched@r3" if path in changed | retired else "patched"), path
+        assert r4.classify(path, sha, version=V) == ("patched@r3" if path in changed | retired else "patched"), path
+    # the current revision knows every frozen one (history/): a host without r3's module is pristine there
     assert ps.classify("sglang/srt/speculative/ddtree_kernels.py", None, version=V) == "pristine"
 
 
-def test_new_modules_are_installed_into_sglang_speculative_and_kernels_beside_sglangs(ps):
-    t = ps.target(V)
+def test_revision_4_is_frozen_and_recognised_by_revision_5(ps, tree):
+    """Revision 5 adds SGLang 0.5.22 (its own series) and adapts the DDTree modules to it; for
+    0.5.23 it changes no SGLang file. Revision 4 stays loadable and rendering as ``ddtree@4``
+    (0.5.23 only) and a host carrying it is recognised file by file (patched@r4 where r5 differs)."""
+    r4 = load_patchset("ddtree@4")
+    assert (ps.revision, r4.revision) == (5, 4)
+    assert r4.root == DDTREE / "history" / "r4"
+    assert r4.versions == ["0.5.23"] and ps.versions == ["0.5.22", "0.5.23"]
+    r4.render(V, tree.read)
+    e4, e5 = r4.target(V).expected, ps.target(V).expected
+    assert ps.spec.history[4][V] == e4
+    assert set(e4) == set(e5)
+    assert [(DDTREE / rel).read_bytes() for rel in ps.target(V).series] == \
+        [(r4.root / rel).read_bytes() for rel in r4.target(V).series]
+    changed = {p for p, sha in e4.items() if e5[p] != sha}
+    assert "sglang/srt/speculative/ddtree_worker.py" in changed
+    assert changed <= set(ps.target(V).new_files), changed     # only the DDTree modules changed
+    for path, sha in e4.items():
+        assert ps.classify(path, sha, version=V) == ("patched@r4" if path in changed else "patched"), path
+
+
+@pytest.mark.parametrize("version", RELEASES)
+def test_new_modules_are_installed_into_sglang_speculative_and_kernels_beside_sglangs(ps, version):
+    t = ps.target(version)
     want = {"ddtree_reference", "ddtree_tree", "ddtree_accept", "ddtree_info", "ddtree_budget", "ddtree_worker"}
     kernels = {"ddtree_keys", "ddtree_prep", "ddtree_beam", "ddtree_verify_inputs", "ddtree_walk"}
     assert t.new_files == {**{f"sglang/srt/speculative/{m}.py": f"modules/{m}.py" for m in want},
                            **{f"sglang/kernels/ops/speculative/{m}.py": f"kernels/{m}.py" for m in kernels}}
 
 
-def test_patched_files_compile(ps, tree, tmp_path):
-    for path, change in ps.render(V, tree.read).files.items():
+def test_patched_files_compile(ps, release):
+    version, tree = release
+    for path, change in ps.render(version, tree.read).files.items():
         compile(change.new, path, "exec")
 
 
@@ -223,11 +266,51 @@ def dflash_sites(read, paths) -> list[str]:
     return sorted(set(sites))
 
 
+def _site_lines(tree, sites: list[str]) -> dict[str, tuple[str, str]]:
+    """``path:line`` -> (path, that source line stripped)."""
+    out = {}
+    for site in sites:
+        path, line = site.rsplit(":", 1)
+        text = tree.read(path).decode("utf-8", "replace").splitlines()[int(line) - 1]
+        out[site] = (path, text.strip())
+    return out
+
+
+def _all_sites(tree) -> list[str]:
+    root = tree.tree
+    paths = sorted(p.relative_to(root).as_posix() for p in (root / "sglang").rglob("*.py"))
+    return dflash_sites(lambda p: (root / p).read_bytes(), paths)
+
+
+def _readme_section(title_start: str) -> str:
+    text = README.read_text()
+    start = text.index(title_start)
+    end = text.find("\n## ", start + 1)
+    return text[start:] if end < 0 else text[start:end]
+
+
+@pytest.mark.parametrize("version", [v for v in RELEASES if v != V])
+def test_readme_covers_every_dflash_site_of_another_release(tree, version):
+    """Each DFLASH site of ``version`` whose source line the same file of 0.5.23 has at one of its
+    sites is covered by that 0.5.23 row; each other site is in the README's table for ``version``
+    (and that table lists nothing else)."""
+    other = _pristine_tree(version)
+    mine = _site_lines(other, _all_sites(other))
+    known = set(_site_lines(tree, _all_sites(tree)).values())
+    unmatched = {site for site, key in mine.items() if key not in known}
+    section = _readme_section(f"## DFLASH checks of sglang {version}")
+    listed = set(re.findall(r"`(sglang/[\w/]+\.py:\d+)`", section))
+    assert not unmatched - listed, f"{version} DFLASH sites missing from {README.name}: {sorted(unmatched - listed)}"
+    assert not listed - unmatched, f"{README.name} lists {version} sites that need no row: {sorted(listed - unmatched)}"
+    assert len(mine) >= 50
+
+
 def test_readme_lists_every_dflash_site_of_the_pristine_tree(tree):
     root = tree.tree
     paths = sorted(p.relative_to(root).as_posix() for p in (root / "sglang").rglob("*.py"))
     found = dflash_sites(lambda p: (root / p).read_bytes(), paths)
-    listed = set(re.findall(r"`(sglang/[\w/]+\.py:\d+)`", README.read_text()))
+    listed = set(re.findall(r"`(sglang/[\w/]+\.py:\d+)`",
+                            _readme_section(f"## Every DFLASH check of sglang {V}")))
     missing = sorted(set(found) - listed)
     stale = sorted(listed - set(found))
     assert not missing, f"DFLASH sites missing from {README.name}: {missing}"

@@ -537,7 +537,10 @@ class TreeVerifyResult:
 
 
 def _default_verify_fn():
-    from sglang.kernels.ops.speculative.spec_tree import verify_tree_greedy_func
+    try:  # SGLang 0.5.23
+        from sglang.kernels.ops.speculative.spec_tree import verify_tree_greedy_func
+    except ImportError:  # SGLang 0.5.22 keeps it beside EAGLE's utilities
+        from sglang.srt.speculative.eagle_utils import verify_tree_greedy_func
 
     return verify_tree_greedy_func
 
@@ -552,8 +555,9 @@ def sglang_greedy_accept(
       target_predict: [bs, N1] int, the target's argmax after each node.
       verify_fn: SGLang's ``verify_tree_greedy_func`` signature (keyword arguments predicts,
         accept_index, accept_token_num, candidates, retrieve_index, retrieve_next_token,
-        retrieve_next_sibling, target_predict); default: imported from SGLang 0.5.23
-        (``sglang.kernels.ops.speculative.spec_tree``). ``verify_tree_greedy_triton`` fits too.
+        retrieve_next_sibling, target_predict); default: imported from SGLang
+        (``sglang.kernels.ops.speculative.spec_tree`` in 0.5.23, ``sglang.srt.speculative.eagle_utils``
+        in 0.5.22). ``verify_tree_greedy_triton`` fits too.
     Dtypes follow the JIT CUDA kernel's checks (tree.cuh): candidates/retrieve_*/target_predict
     int64 [bs, N1]; accept_index int32 [bs, L+1] (pre-filled -1); accept_token_num int32 [bs];
     predicts int32 [bs * N1].

@@ -331,6 +331,14 @@ class DDTreeWorker(_WorkerBase):  # type: ignore[misc,valid-type]
             )
         self._tp_group = get_parallel().tp_group
         self._tp_size = tp_size
+        # What draft_tp_context takes to scope the draft: DFlashWorkerV2's draft parallel layout
+        # (SGLang 0.5.23), or its bool draft_owns_attention (0.5.22); DP attention is refused
+        # above, so both mean the draft runs on the target's TP group.
+        self._draft_tp_scope = (
+            self.draft_parallel_layout
+            if hasattr(self, "draft_parallel_layout")
+            else self.draft_owns_attention
+        )
         self.ddtree_sizes = sizes
         self._ddtree_positions_buf: Optional[torch.Tensor] = None
         schedule_text = getattr(get_spec(), "speculative_ddtree_budget_schedule", None)
@@ -582,7 +590,7 @@ class DDTreeWorker(_WorkerBase):  # type: ignore[misc,valid-type]
             else kv_loc_plan
         )
         draft_plan.bind(forward_batch, draft_translator, cols=draft_cols)
-        with torch.inference_mode(), draft_tp_context(self.draft_parallel_layout):
+        with torch.inference_mode(), draft_tp_context(self._draft_tp_scope):
             draft_out = self.draft_model_runner.forward(forward_batch)
         draft_hidden = draft_out.logits_output.hidden_states
         if draft_hidden is None:
@@ -596,7 +604,7 @@ class DDTreeWorker(_WorkerBase):  # type: ignore[misc,valid-type]
         num_org = int(shard.num_org_elements) if shard is not None else int(weight.shape[0])
         vocab_start = int(shard.org_vocab_start_index) if shard is not None else 0
         k = min(sizes.topk, sizes.budget)
-        with torch.inference_mode(), draft_tp_context(self.draft_parallel_layout):
+        with torch.inference_mode(), draft_tp_context(self._draft_tp_scope):
             if self._tp_size == 1:
                 logits = draft_head_logits(draft_hidden, weight, num_org).view(bs, L, -1)
                 tree = build_tree_from_logits(logits, block_ids[:, 0], sizes)
@@ -654,7 +662,9 @@ class DDTreeWorker(_WorkerBase):  # type: ignore[misc,valid-type]
         sampling_info = batch.sampling_info
         greedy = sampling_info is None or sampling_info.is_all_greedy
         choice = None
-        target_lp = self._target_logits_processor
+        # SGLang 0.5.23's DFlash worker defers the verify logits' vocab gather (a TP-sharded
+        # argmax where nothing else reads the logits); 0.5.22's has no deferred gather.
+        target_lp = getattr(self, "_target_logits_processor", None)
         if target_lp is not None and target_lp.is_deferred_shard(logits_output.next_token_logits):
             if greedy and self._can_skip_verify_logits(batch, sampling_info):
                 choice = target_lp.deferred_argmax(logits_output.next_token_logits)
