@@ -5,6 +5,8 @@ Format (pydantic-validated; unknown keys are refused so typos surface)::
     name: ddtree
     revision: 2
     description: ...
+    features:                                 # optional: what revisions can do (FEATURES), each
+      budget_schedule: 2                      #   from the first revision that does it on
     targets:
       "0.5.23":                               # exact SGLang release (quote it)
         series: [sglang-0.5.23/0001-x.patch]  # unified diffs, applied in order, strictly (applier.py)
@@ -18,6 +20,14 @@ Format (pydantic-validated; unknown keys are refused so typos surface)::
       2: "why, and what to do"                #   (status warns on hosts that carry them)
     history:                                  # expected hashes of earlier revisions
       "1": {"0.5.23": {path: sha256 | null}}
+
+Features: capabilities sglpatch asks of the revision deployed on a host instead of naming a
+patchset and a revision (``bench --sweep`` writes a budget schedule where the revision has
+``budget_schedule``, with ``BATCH:chain`` entries where it has ``budget_schedule_chain``); the
+names are those of :data:`FEATURES` (another is refused, so a typo surfaces). Each is on from the
+revision given onwards. Like ``withdrawn`` and ``history`` the map speaks for earlier
+revisions too, so it is read from the newest revision (frozen copies in ``history/`` predate the key
+and are never edited): ``load_patchset(name).features_at(deployed_revision)``.
 
 Paths in ``targets`` are site-packages-relative posix; sha256 is lowercase hex. ``pristine`` may omit
 files the patchset creates (absent is their pristine state); ``refresh_hashes`` writes them as null.
@@ -59,11 +69,20 @@ from .errors import ConfigError, PatchsetError, UnsupportedVersionError
 from .manifest import sha256_bytes
 
 __all__ = ["Target", "Checks", "PatchsetSpec", "Patchset", "load_patchset", "available_patchsets",
-           "refresh_hashes", "add_target", "default_search_path", "FILE_STATES"]
+           "refresh_hashes", "add_target", "default_search_path", "FILE_STATES", "FEATURES",
+           "BUDGET_SCHEDULE", "BUDGET_SCHEDULE_CHAIN"]
 
 Reader = Callable[[str], "bytes | None"]
 
 FILE_STATES = ("pristine", "patched", "patched@r<N>", "drifted", "absent")
+
+BUDGET_SCHEDULE = "budget_schedule"
+BUDGET_SCHEDULE_CHAIN = "budget_schedule_chain"
+#: The capabilities sglpatch asks a deployed revision about (``features:`` in patchset.yaml).
+FEATURES = {
+    BUDGET_SCHEDULE: "DDTREE takes a budget by running batch size (--speculative-ddtree-budget-schedule)",
+    BUDGET_SCHEDULE_CHAIN: "that schedule's BATCH:chain entries run DFlash's own decode step",
+}
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 _SHA = re.compile(r"^[0-9a-f]{64}$")
@@ -162,6 +181,8 @@ class PatchsetSpec(_Model):
     history: dict[int, dict[str, dict[str, Sha | None]]] = Field(default_factory=dict)
     # earlier revisions a host must not keep, and why (shown by ``status`` on hosts carrying them)
     withdrawn: dict[int, str] = Field(default_factory=dict)
+    # what revisions can do: {feature: the first revision that does it} (see the module docstring)
+    features: dict[str, int] = Field(default_factory=dict)
 
     @field_validator("name")
     @classmethod
@@ -180,11 +201,27 @@ class PatchsetSpec(_Model):
                 _check_hashes(hashes)
         return v
 
+    @field_validator("features")
+    @classmethod
+    def _features(cls, v: dict[str, int]) -> dict[str, int]:
+        unknown = sorted(set(v) - set(FEATURES))
+        if unknown:
+            raise ValueError(f"unknown feature(s) {', '.join(unknown)}: sglpatch knows {', '.join(sorted(FEATURES))}")
+        return v
+
     @model_validator(mode="after")
     def _withdrawn_are_earlier(self) -> "PatchsetSpec":
         bad = sorted(r for r in self.withdrawn if not 1 <= r < self.revision)
         if bad:
             raise ValueError(f"withdrawn revisions {bad} must be earlier revisions (1..{self.revision - 1})")
+        return self
+
+    @model_validator(mode="after")
+    def _features_are_of_known_revisions(self) -> "PatchsetSpec":
+        bad = sorted(f"{f}: {r}" for f, r in self.features.items() if not 1 <= r <= self.revision)
+        if bad:
+            raise ValueError(f"features {', '.join(bad)}: a feature's revision (the first that has it) must be "
+                             f"one of 1..{self.revision}")
         return self
 
 
@@ -215,6 +252,14 @@ class Patchset:
     def versions(self) -> list[str]:
         """The SGLang versions this revision supports, sorted."""
         return sorted(self.spec.targets, key=_version_key)
+
+    def features_at(self, revision: int | None = None) -> frozenset[str]:
+        """The features ``revision`` (default: this one) has by this patchset's ``features`` map:
+        those whose first revision is ``revision`` or earlier. Ask the newest revision of a
+        patchset (``load_patchset(name)``): a frozen earlier copy may predate the map and say
+        nothing (an empty set) about what it can do."""
+        at = self.revision if revision is None else revision
+        return frozenset(f for f, first in self.spec.features.items() if first <= at)
 
     @property
     def yaml_path(self) -> Path:

@@ -22,7 +22,7 @@ from .catalog import list_patchsets, show_patchset  # noqa: F401  (sglpatch patc
 from .checks import CheckReport, CheckResult, run_checks
 from .errors import CheckFailedError, ConfigError, DriftError, SglpatchError, StateError
 from .inventory import Host
-from .patchset import Patchset, load_patchset
+from .patchset import BUDGET_SCHEDULE, BUDGET_SCHEDULE_CHAIN, Patchset, load_patchset
 from .progress import SILENT, Meter
 from .serve.check import CheckRun, load_prompts, run_serving_levels
 from .inventory_edit import set_host_value
@@ -779,14 +779,31 @@ def bench_host(host: Host, *, arms: Sequence[str] = ("none", "DFLASH", "DDTREE")
     return run
 
 
+def deployed_features(patchset: str | None, revision: int | None) -> frozenset[str]:
+    """What the revision deployed on a host can do (:data:`sglang_patcher.patchset.FEATURES`), by
+    the ``features`` of the newest revision of that patchset here (it speaks for earlier ones too);
+    nothing for a host without a deployment or a patchset this checkout does not have."""
+    if patchset is None or revision is None:
+        return frozenset()
+    try:
+        return load_patchset(patchset).features_at(revision)
+    except SglpatchError:
+        return frozenset()
+
+
 def _write_sweep(run: BenchRun, host: Host, profile: ServeProfile, inventory_path: Path | None) -> None:
-    # chain entries (DFlash's own step) need ddtree revision 4 or later on the host
-    chain_ok = run.patchset == "ddtree" and (run.revision or 0) >= 4
-    entries = choose_schedule(run, chain=chain_ok)
+    features = deployed_features(run.patchset, run.revision)
+    # chain entries (DFlash's own step) only where the deployed revision runs them
+    entries = choose_schedule(run, chain=BUDGET_SCHEDULE_CHAIN in features)
     if not entries:
         run.schedule = ""
         return
     run.schedule = schedule_text(entries)
+    if BUDGET_SCHEDULE not in features:
+        carried = f"{run.patchset} r{run.revision}" if run.patchset else "no sglpatch deployment"
+        run.schedule_written = (f"not written to {host.name}'s profile: the host carries {carried}, "
+                                "which takes no budget schedule")
+        return
     if "--disable-cuda-graph" not in profile.args:
         run.schedule_written = (f"not written to {host.name}'s profile: this ddtree revision applies a "
                                 "schedule of several budgets only with --disable-cuda-graph (its CUDA "

@@ -276,6 +276,43 @@ def test_name_at_revision_loads_frozen_history(tmp_path):
     assert "demo@1, demo@2" in str(exc.value)
 
 
+# -------------------------------------------------------------------------------------- features
+
+def test_features_are_on_from_their_first_revision_and_speak_for_frozen_ones(tmp_path):
+    """``features`` in the newest patchset.yaml says what each revision can do; a frozen copy that
+    predates the key says nothing of its own, and a patchset without it has none."""
+    root = make_patchset(tmp_path)
+    add_history(root, RELEASE[SPEC].replace(b"spec line 10\n", b"spec line 10\nDDTREE = 0\n"))
+    assert load_patchset(root).features_at() == frozenset()            # no `features:` key
+    (root / "patchset.yaml").write_text((root / "patchset.yaml").read_text()
+                                        + "features: {budget_schedule: 1, budget_schedule_chain: 2}\n")
+    ps = load_patchset(root)
+    assert ps.features_at() == {"budget_schedule", "budget_schedule_chain"}
+    assert ps.features_at(1) == {"budget_schedule"} and ps.features_at(0) == frozenset()
+    assert load_patchset(f"{root}@1").features_at() == frozenset()     # the frozen r1 predates the key
+
+
+@pytest.mark.parametrize("features,says", [
+    ("{budget_shedule: 1}", "unknown feature(s) budget_shedule: sglpatch knows budget_schedule, budget_schedule_chain"),
+    ("{budget_schedule: 2}", "budget_schedule: 2: a feature's revision (the first that has it) must be one of 1..1"),
+    ("{budget_schedule: 0}", "must be one of 1..1"),
+])
+def test_bad_features_are_refused_naming_the_field(tmp_path, features, says):
+    root = make_patchset(tmp_path, extra_yaml=f"features: {features}\n")
+    with pytest.raises(ConfigError) as exc:
+        load_patchset(root)
+    assert "features" in str(exc.value) and says in str(exc.value)
+
+
+def test_ddtree_declares_its_budget_schedule_features_by_revision():
+    ps = load_patchset("ddtree")
+    assert ps.features_at(2) == frozenset()
+    assert ps.features_at(3) == {"budget_schedule"}
+    assert ps.features_at(4) == {"budget_schedule", "budget_schedule_chain"}
+    assert ps.features_at() == ps.features_at(4)
+    assert ps.at_revision(3).features_at() == frozenset()           # frozen before the key: ask the newest
+
+
 # --------------------------------------------------------------------------------------- refresh
 
 def test_refresh_hashes_rewrites_only_the_hash_maps(tmp_path):

@@ -115,3 +115,49 @@ def test_sweep_writes_the_schedule_into_the_inventory_keeping_comments(tmp_path,
     again = load_inventory(inv).hosts["gpu"].serve.ddtree
     assert again.budget_schedule == want and again.budget == 16      # widened to the widest budget won
     assert "--speculative-ddtree-budget-schedule" in again.flags()
+
+
+def _sweep_inventory(tmp_path):
+    from sglang_patcher.inventory import load_inventory
+
+    inv = tmp_path / "hosts.yaml"
+    inv.write_text("hosts:\n  gpu:\n    transport: local\n    python: /usr/bin/python3\n"
+                   "    serve:\n      model: /m\n      draft_model: /d\n      args: [--disable-cuda-graph]\n"
+                   "      ddtree:\n        budget: 8\n")
+    return inv, load_inventory(inv).hosts["gpu"]
+
+
+@pytest.mark.parametrize(("features", "want", "written"), [
+    ("", "1:8,2:16,8:8", False),                                  # no `features:`: nothing to write into
+    ("features: {budget_schedule: 1}\n", "1:8,2:16,8:8", True),   # a schedule, but no chain steps
+    ("features: {budget_schedule: 1, budget_schedule_chain: 1}\n", "1:8,2:16,8:chain", True),
+])
+def test_sweep_asks_the_deployed_revision_for_its_features_not_its_name(tmp_path, monkeypatch, features, want,
+                                                                         written):
+    """Whether the sweep writes a schedule, and with chain entries, is what the patchset a host
+    carries declares (``features:`` in its patchset.yaml), whatever its name or revision."""
+    from sglang_patcher.inventory import load_inventory
+    from sglang_patcher.service import _write_sweep
+
+    root = tmp_path / "patchsets" / "plain"
+    root.mkdir(parents=True)
+    (root / "patchset.yaml").write_text(f"name: plain\nrevision: 1\n{features}targets:\n  \"0.5.23\": {{}}\n")
+    monkeypatch.chdir(tmp_path)                   # ./patchsets/plain is found by name
+    inv, host = _sweep_inventory(tmp_path)
+    r = sweep_run()
+    r.patchset, r.revision = "plain", 1
+    _write_sweep(r, host, host.serve, inv)
+    assert r.schedule == want
+    assert load_inventory(inv).hosts["gpu"].serve.ddtree.budget_schedule == (want if written else None)
+    if not written:
+        assert r.schedule_written == "not written to gpu's profile: the host carries plain r1, which takes no budget schedule"
+
+
+def test_sweep_on_a_host_without_a_deployment_shows_the_schedule_only(tmp_path):
+    from sglang_patcher.service import _write_sweep
+
+    inv, host = _sweep_inventory(tmp_path)
+    r = sweep_run()
+    r.patchset = r.revision = None
+    _write_sweep(r, host, host.serve, inv)
+    assert r.schedule == "1:8,2:16,8:8" and "carries no sglpatch deployment" in r.schedule_written
