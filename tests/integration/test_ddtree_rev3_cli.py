@@ -2,8 +2,9 @@
 sglang 0.5.23 venv. Revision 3 changes the worker (its start-up checks: revision 2 could not start a
 DDTREE server; the budget schedule), adds ddtree_budget.py and the schedule's argument and
 validation, so the upgrade from 2 pushes those four files; rollbacks walk back one deployment at a
-time and end pristine by RECORD. Since revision 4 these name ``ddtree@3``; revision 3 -> 4 is the
-last test."""
+time and end pristine by RECORD. Since revision 4 these name ``ddtree@3``; then revision 3 -> the
+current revision (4's kernel move on the way), and revision 4 -> 5 (SGLang 0.5.22 added: on 0.5.23
+only the two DDTree modules that adapt to it change)."""
 
 from __future__ import annotations
 
@@ -20,6 +21,8 @@ BUDGET = "sglang/srt/speculative/ddtree_budget.py"
 KERNELS_R3 = "sglang/srt/speculative/ddtree_kernels.py"    # revision 3's kernels, one module
 KERNELS_R4 = [f"sglang/kernels/ops/speculative/ddtree_{m}.py"    # revision 4's, by pipeline stage
               for m in ("keys", "prep", "beam", "verify_inputs", "walk")]
+INFO = "sglang/srt/speculative/ddtree_info.py"
+CURRENT = 5
 
 
 def _hosts(tmp_path, local_target):
@@ -80,13 +83,15 @@ def test_cli_r1_straight_to_r3(capsys, tmp_path, sglpatch_home, local_target):
     assert {(f["state"], f["revision"]) for f in data["files"]} == {("patched", 3)}, data["files"]
 
 
-def test_cli_r3_then_r4_pushes_only_what_changed_then_rollback(capsys, tmp_path, sglpatch_home, local_target):
-    """Revision 4 (chain steps in the budget schedule, the Triton kernels by pipeline stage): a host
-    at revision 3 is recognised (patched@r3), the upgrade pushes the changed files only — the
-    worker, the schedule module and the schedule argument's help among them, never the untouched
-    SGLang files —, writes the kernel modules into sglang/kernels/ops/speculative/ and deletes
-    revision 3's ddtree_kernels.py; status reads patched r4 throughout (the deleted module too), and
-    a rollback puts revision 3's bytes back, the kernel module included, the new ones gone."""
+def test_cli_r3_then_current_pushes_only_what_changed_then_rollback(capsys, tmp_path, sglpatch_home,
+                                                                     local_target):
+    """Revision 4 (chain steps in the budget schedule, the Triton kernels by pipeline stage), kept
+    by revision 5: a host at revision 3 is recognised (patched@r3), the upgrade pushes the changed
+    files only — the worker, the schedule module and the schedule argument's help among them, never
+    the untouched SGLang files —, writes the kernel modules into sglang/kernels/ops/speculative/
+    and deletes revision 3's ddtree_kernels.py; status reads patched at the current revision
+    throughout (the deleted module too), and a rollback puts revision 3's bytes back, the kernel
+    module included, the new ones gone."""
     from sglang_patcher.patchset import load_patchset
 
     h, site = _hosts(tmp_path, local_target), local_target.site_packages
@@ -102,7 +107,7 @@ def test_cli_r3_then_r4_pushes_only_what_changed_then_rollback(capsys, tmp_path,
 
     code, data, err = run_json(capsys, *h, "apply", "ddtree", "--host", "here", "--yes")
     assert code == 0, err
-    assert data["plan"]["kind"] == "upgrade" and data["plan"]["revision"] == 4, data["plan"]
+    assert data["plan"]["kind"] == "upgrade" and data["plan"]["revision"] == CURRENT, data["plan"]
     pushed = {p for p, f in data["plan"]["files"].items() if f["action"] != "none"}
     assert {WORKER, BUDGET, "sglang/srt/arg_groups/fields/spec.py"} <= pushed, pushed
     assert SPEC_INFO not in pushed and live_hash(site, SPEC_INFO) == r3[SPEC_INFO]
@@ -111,7 +116,7 @@ def test_cli_r3_then_r4_pushes_only_what_changed_then_rollback(capsys, tmp_path,
     assert all(live_hash(site, p) == want.get(p) for p in pushed), pushed
     assert live_hash(site, KERNELS_R3) is None
     code, data, err = run_json(capsys, *h, "status", "--host", "here", "--patchset", "ddtree")
-    assert {(f["state"], f["revision"]) for f in data["files"]} == {("patched", 4)}, data["files"]
+    assert {(f["state"], f["revision"]) for f in data["files"]} == {("patched", CURRENT)}, data["files"]
     assert data["overall"] == "patched" and data["retired"] == [KERNELS_R3], data
     code, data, err = run_json(capsys, *h, "status", "--host", "here")    # by the host's records alone
     assert data["overall"] == "patched" and file_states(data)[KERNELS_R3] == "patched", data
@@ -119,3 +124,45 @@ def test_cli_r3_then_r4_pushes_only_what_changed_then_rollback(capsys, tmp_path,
     code, _, err = run_json(capsys, *h, "rollback", "--host", "here")
     assert code == 0, err
     assert {p: live_hash(site, p) for p in r3} == r3
+
+
+def test_cli_r4_then_r5_pushes_the_adapted_modules_only_then_rollback(capsys, tmp_path, sglpatch_home,
+                                                                       local_target):
+    """Revision 5 adds SGLang 0.5.22; on 0.5.23 it changes only the DDTree modules that adapt to
+    0.5.22's DFlash worker. A host at revision 4 is recognised (patched@r4), the upgrade pushes
+    exactly the files whose bytes differ — no SGLang file —, status then reads patched r5, and a
+    rollback puts revision 4's bytes back."""
+    from sglang_patcher.patchset import load_patchset
+
+    current, r4ps = load_patchset("ddtree"), load_patchset("ddtree@4")
+    assert current.revision == CURRENT
+    e4, e5 = r4ps.target(VERSION).expected, current.target(VERSION).expected
+    differ = {p for p in e5 if e4.get(p) != e5[p]}
+    assert WORKER in differ and differ <= set(current.target(VERSION).new_files), differ
+
+    h, site = _hosts(tmp_path, local_target), local_target.site_packages
+    code, data, err = run_json(capsys, *h, "apply", "ddtree@4", "--host", "here", "--yes")
+    assert code == 0, err
+    r4 = {p: live_hash(site, p) for p in e4}
+    assert r4 == e4
+    code, data, err = run_json(capsys, *h, "status", "--host", "here", "--patchset", "ddtree")
+    assert data["overall"] == "older" and data["older_revision"] == 4, data
+    states = {f["path"]: (f["state"], f["revision"]) for f in data["files"]}
+    assert {states[p] for p in differ} == {("patched", 4)}, data["files"]
+
+    code, data, err = run_json(capsys, *h, "apply", "ddtree", "--host", "here", "--yes")
+    assert code == 0, err
+    assert data["plan"]["kind"] == "upgrade" and data["plan"]["revision"] == CURRENT, data["plan"]
+    pushed = {p for p, f in data["plan"]["files"].items() if f["action"] != "none"}
+    assert pushed == differ, pushed
+    assert {p: live_hash(site, p) for p in e5} == e5
+    code, data, err = run_json(capsys, *h, "status", "--host", "here", "--patchset", "ddtree")
+    assert data["overall"] == "patched" and data["retired"] == [KERNELS_R3], data
+    # revision 3's kernel module, which this host never had, is absent as the release has it
+    assert {(f["state"], f["revision"]) for f in data["files"] if f["path"] != KERNELS_R3} == \
+        {("patched", CURRENT)}, data["files"]
+    assert [f["state"] for f in data["files"] if f["path"] == KERNELS_R3] == ["absent"]
+
+    code, _, err = run_json(capsys, *h, "rollback", "--host", "here")
+    assert code == 0, err
+    assert {p: live_hash(site, p) for p in e4} == r4
