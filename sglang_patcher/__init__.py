@@ -1,7 +1,8 @@
 """sglpatch: versioned patchsets for SGLang installs on remote GPU hosts.
 
-The library a user can import; the ``sglpatch`` CLI is a thin layer over :mod:`.service`, which
-composes the steps below (each one its own module, see docs/architecture.md)::
+The library a user can import; the ``sglpatch`` CLI is a thin layer over the ``service_*`` modules
+(one per command; :mod:`.service` lists them), which compose the steps below (each one its own
+module, see docs/architecture.md)::
 
     inventory → transport → discovery → mirror → patchset + applier → deploy → checks
 

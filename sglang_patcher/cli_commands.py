@@ -7,7 +7,8 @@ from pathlib import Path
 
 import click
 
-from . import deploy, service
+from . import (catalog, deploy, service_apply, service_bench, service_check, service_diff, service_hosts, service_port,
+               service_refresh, service_rollback, service_snapshot, service_status)
 from .cli_app import AppContext, cli, pass_app
 from .errors import ConfigError, DriftError
 from .inventory import default_inventory_path
@@ -35,9 +36,9 @@ def hosts_cmd(app: AppContext, check: bool, tag: str | None) -> None:
                 app.err.print(f"{inv.path}: no hosts — add one under `hosts:` (the repository's hosts.yaml "
                               "shows the format); `--host sandbox` needs no inventory entry", markup=False)
     if not check:
-        app.result(service.InventoryListing(hosts))
+        app.result(service_hosts.InventoryListing(hosts))
         return
-    report = service.check_hosts(hosts)
+    report = service_hosts.check_hosts(hosts)
     app.result(report)
     if not report.ok:
         raise click.exceptions.Exit(report.exit_code)
@@ -48,7 +49,7 @@ def hosts_cmd(app: AppContext, check: bool, tag: str | None) -> None:
 @pass_app
 def snapshot_cmd(app: AppContext, host: str) -> None:
     """Mirror HOST's SGLang install locally with a hashed manifest."""
-    app.result(service.snapshot_host(app.host(host), log=app.say, meter=app.meter))
+    app.result(service_snapshot.snapshot_host(app.host(host), log=app.say, meter=app.meter))
 
 
 @cli.command("diff")
@@ -64,7 +65,7 @@ def diff_cmd(app: AppContext, patchset: str, host_name: str | None, version: str
         raise ConfigError("diff needs exactly one of --host HOST or --sglang VERSION",
                           hint="e.g. `sglpatch diff ddtree --sglang 0.5.23`")
     host = app.host(host_name) if host_name else None
-    result = service.diff_patchset(patchset, host=host, version=version, log=app.err.print, meter=app.meter)
+    result = service_diff.diff_patchset(patchset, host=host, version=version, log=app.err.print, meter=app.meter)
     if app.as_json:
         app.result(result)
     else:  # the summary on stderr, the diff alone on stdout: `sglpatch diff ... > x.patch` is a patch
@@ -106,7 +107,7 @@ def apply_cmd(app: AppContext, patchset: str, host_name: str, dry_run: bool, yes
         app.say(plan)
         return click.confirm(f"Deploy to {host.name}?", default=False)
 
-    result = service.apply_patchset(patchset, host, dry_run=dry_run, force=force,
+    result = service_apply.apply_patchset(patchset, host, dry_run=dry_run, force=force,
                                     break_lock=break_lock, confirm=confirm, gates=parsed, log=app.say,
                                     meter=app.meter)
     if result.status == "aborted":  # declined at the prompt: the plan is on screen already
@@ -125,7 +126,7 @@ def apply_cmd(app: AppContext, patchset: str, host_name: str, dry_run: bool, yes
 def status_cmd(app: AppContext, host_name: str, patchset: str | None, expect: str | None) -> None:
     """Per touched file: pristine / patched (patchset, revision) / drifted; the deployment history.
     Exit 0 whatever the state, unless --expect names another one."""
-    report = service.host_status(app.host(host_name), patchset=patchset)
+    report = service_status.host_status(app.host(host_name), patchset=patchset)
     missed = expect is not None and report.overall != expect
     said = f"{report.host} is {report.overall}, not {expect} (--expect)"
     if app.as_json:
@@ -154,7 +155,7 @@ def status_cmd(app: AppContext, host_name: str, patchset: str | None, expect: st
 def prune_cmd(app: AppContext, host_name: str, keep: int, dry_run: bool, break_lock: bool) -> None:
     """Delete the host's backups of rolled-back deployments (their records stay as history);
     the backups of active deployments, which rollback needs, are never touched."""
-    app.result(service.prune(app.host(host_name), keep=keep, dry_run=dry_run, break_lock=break_lock))
+    app.result(service_rollback.prune(app.host(host_name), keep=keep, dry_run=dry_run, break_lock=break_lock))
 
 
 @cli.command("rollback")
@@ -173,7 +174,7 @@ def rollback_cmd(app: AppContext, host_name: str | None, deployment: str | None,
         from .errors import StateError
 
         try:
-            host_name = service.latest_deployment_host()
+            host_name = service_rollback.latest_deployment_host()
         except StateError as exc:   # never deployed from here: nothing to roll back is no error (exit 0)
             said = (f"nothing to roll back: no deployment was ever made from this machine ({exc.message}); "
                     f"for a host deployed from elsewhere, name it: `sglpatch rollback --host HOST`")
@@ -181,7 +182,7 @@ def rollback_cmd(app: AppContext, host_name: str | None, deployment: str | None,
                        if app.as_json else said)
             return
         app.say(f"rolling back the latest deployment, on host {host_name}")
-    app.result(service.rollback(app.host(host_name), deployment=deployment,
+    app.result(service_rollback.rollback(app.host(host_name), deployment=deployment,
                                 break_lock=break_lock, force=force, log=app.say))
 
 
@@ -231,7 +232,7 @@ def patchset_tree_cmd(app: AppContext, version: str) -> None:
 @pass_app
 def patchset_refresh_cmd(app: AppContext, patchset: str, version: str, tree: Path | None, unverified: bool) -> None:
     """Recompute the pristine/expected hashes of PATCHSET for VERSION (from its PyPI wheel, or --tree)."""
-    app.result(service.refresh_patchset(patchset, version, tree=tree, unverified=unverified, log=app.say,
+    app.result(service_refresh.refresh_patchset(patchset, version, tree=tree, unverified=unverified, log=app.say,
                                         meter=app.meter))
 
 
@@ -253,7 +254,7 @@ def check_cmd(app: AppContext, host_name: str, level: int | None, prompts: Path 
     from .errors import CheckFailedError
 
     host = app.host(host_name)
-    result = service.check_host(host, level=level, prompts=prompts, stop_leftovers=stop_leftovers,
+    result = service_check.check_host(host, level=level, prompts=prompts, stop_leftovers=stop_leftovers,
                                 log=app.say)
     failed = result.report.failed
     said = (f"{host.name}: {len(failed)} check(s) failed at level {result.level}: "
@@ -319,7 +320,7 @@ def bench_cmd(app: AppContext, host_name: str, concurrency: str | None, budgets:
     arm_list = [a.strip() for a in arms.split(",") if a.strip()]
     if sweep:
         arm_list = ["DFLASH", "DDTREE"]
-    run = service.bench_host(host, arms=arm_list, concurrency=_ints(concurrency), budgets=_ints(budgets),
+    run = service_bench.bench_host(host, arms=arm_list, concurrency=_ints(concurrency), budgets=_ints(budgets),
                              requests=requests, max_new_tokens=max_new_tokens, prompts=prompts,
                              rounds=rounds, compare=compare, plot_path=plot_path, sweep=sweep,
                              inventory_path=app.inventory_path(), client=client, log=app.say)
@@ -346,7 +347,7 @@ def patchset_port_cmd(app: AppContext, patchset: str, from_version: str, to_vers
     --partial. Exit 4 naming the hunks that did not carry."""
     from .errors import ApplyError
 
-    result = service.port_patchset(patchset, from_version, to_version, check=check, out=out,
+    result = service_port.port_patchset(patchset, from_version, to_version, check=check, out=out,
                                    partial=partial, log=app.say)
     said = result.failure()
     where = result.written.get("conflicts_dir")
@@ -370,7 +371,7 @@ def patchset_port_cmd(app: AppContext, patchset: str, from_version: str, to_vers
 @pass_app
 def patchset_list_cmd(app: AppContext) -> None:
     """List the patchsets here: revision, SGLang releases, earlier and withdrawn revisions."""
-    app.result(service.list_patchsets())
+    app.result(catalog.list_patchsets())
 
 
 @patchset_group.command("show")
@@ -379,4 +380,4 @@ def patchset_list_cmd(app: AppContext) -> None:
 def patchset_show_cmd(app: AppContext, patchset: str) -> None:
     """Show PATCHSET (NAME, NAME@REVISION or a patchset directory): its revisions (withdrawn ones
     and why), and per SGLang release the series, the files it modifies, adds and deletes, and its checks."""
-    app.result(service.show_patchset(patchset))
+    app.result(catalog.show_patchset(patchset))

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 from rich.rule import Rule
 
-from . import service
+from . import service_apply, service_diff, service_rollback, service_snapshot, service_status
 from .deploy import ACTIVE
 from .deploy.records import local_records_within, supersede_local_records
 from .errors import DeployError, DriftError, StateError
@@ -59,11 +59,11 @@ def run_demo(app: "AppContext", *, version: str, patchset: str, with_deps: bool 
     app.say(f"interpreter {python}")
 
     step("1. snapshot: mirror the install with a hashed manifest")
-    snap = service.snapshot_host(host, log=app.say, meter=app.meter)
+    snap = service_snapshot.snapshot_host(host, log=app.say, meter=app.meter)
     app.say(snap)
     results["snapshot"] = snap
 
-    before = service.host_status(host, patchset=patchset)
+    before = service_status.host_status(host, patchset=patchset)
     active = [d["id"] for d in before.deployments if d.get("phase") in ACTIVE]
     if active or before.journal or before.overall != "pristine":  # the user's own: never take it off
         rebuild = f"delete {sandbox_dir(version)} (the demo rebuilds it)"
@@ -81,14 +81,14 @@ def run_demo(app: "AppContext", *, version: str, patchset: str, with_deps: bool 
     results["sandbox_before"] = before.overall
 
     step(f"2. diff: what patchset {patchset!r} would change (strict, fuzz 0)")
-    diff = service.diff_patchset(patchset, host=host, log=app.say)
+    diff = service_diff.diff_patchset(patchset, host=host, log=app.say)
     diff.full = False
     app.say(diff)
     results["diff"] = diff
 
     step(f"3. apply {patchset}: backup, stage + verify + rename, smoke checks L0/L1")
     try:
-        applied = service.apply_patchset(patchset, host, confirm=lambda plan: True, log=app.say)
+        applied = service_apply.apply_patchset(patchset, host, confirm=lambda plan: True, log=app.say)
     except DriftError as exc:
         raise DriftError(f"the sandbox was edited by hand: {exc.message}",
                          hint=f"the sandbox is the demo's own: delete {sandbox_dir(version)} and run "
@@ -100,22 +100,22 @@ def run_demo(app: "AppContext", *, version: str, patchset: str, with_deps: bool 
                 "`sglpatch demo --with-deps` installs them (~2 GB, once) so L1 really runs.[/]")
 
     step("4. status: every touched file by hash")
-    status = service.host_status(host, patchset=patchset)
+    status = service_status.host_status(host, patchset=patchset)
     app.say(status)
     results["status_after_apply"] = status
 
     step("5. apply again: a clean no-op")
-    again = service.apply_patchset(patchset, host, confirm=lambda plan: True, log=app.say)
+    again = service_apply.apply_patchset(patchset, host, confirm=lambda plan: True, log=app.say)
     app.say(again)
     results["reapply"] = again
 
     step("6. rollback: restore the originals, verified against the wheel's RECORD")
-    rolled = service.rollback(host, log=app.say)
+    rolled = service_rollback.rollback(host, log=app.say)
     app.say(rolled)
     results["rollback"] = rolled
 
     step("7. status after rollback")
-    final = service.host_status(host, patchset=patchset)
+    final = service_status.host_status(host, patchset=patchset)
     app.say(final)
     results["status_after_rollback"] = final
     if final.overall != "pristine":

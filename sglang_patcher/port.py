@@ -29,7 +29,7 @@ patched) with diff3 markers, for a person to resolve.
 :func:`write_port` writes a result into a patchset directory: the series under ``sglang-<to>/``, the
 target (series, ``new_files``) added to ``patchset.yaml`` and pinned by the refresh machinery
 (:func:`.patchset.add_target`) — only when every hunk carried, or with ``partial``. Nothing here
-downloads anything: the trees come as readers (``service.port_patchset`` uses the PyPI wheels).
+downloads anything: the trees come as readers (``service_port.port_patchset`` uses the PyPI wheels).
 """
 
 from __future__ import annotations

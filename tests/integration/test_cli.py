@@ -1002,7 +1002,7 @@ def test_status_of_a_host_without_records_judges_the_files_of_the_patchsets_for_
 
     from sglang_patcher.deploy import StatusReport
     from sglang_patcher.inventory import Host
-    from sglang_patcher.service import _status_without_records
+    from sglang_patcher.service_status import _status_without_records
 
     hosts = write_hosts(tmp_path / "hosts.yaml", Host(name="here", transport="local", python=str(local_target)))
     h = ["--hosts", str(hosts)]

@@ -9,7 +9,7 @@ import os
 
 import pytest
 
-from sglang_patcher import service
+from sglang_patcher import service_apply, service_rollback, service_status
 
 pytestmark = [pytest.mark.ssh, pytest.mark.sglang, pytest.mark.slow]
 
@@ -34,22 +34,22 @@ def test_apply_and_rollback_of_a_root_owned_install_through_sudo(sshd, sglang_ta
 
     plain = sshd.host_entry(sglang_target)
     with pytest.raises(Exception) as exc:     # without sudo the login user cannot write it
-        service.apply_patchset("ddtree@1", plain, confirm=lambda plan: True)
+        service_apply.apply_patchset("ddtree@1", plain, confirm=lambda plan: True)
     assert getattr(exc.value, "exit_code", None) == 8, exc.value
 
     host = sshd.host_entry(sglang_target, sudo=True)
-    res = service.apply_patchset("ddtree@1", host, confirm=lambda plan: True)
+    res = service_apply.apply_patchset("ddtree@1", host, confirm=lambda plan: True)
     assert res.status == "applied" and res.checks.level_status("L0") == "passed"
     st = target.stat()
     assert (st.st_uid, st.st_gid) == (0, 0) and st.st_mode & 0o7777 == mode
     assert hashlib.sha256(target.read_bytes()).hexdigest() != before
-    assert service.host_status(host, patchset="ddtree@1").overall == "patched"
+    assert service_status.host_status(host, patchset="ddtree@1").overall == "patched"
 
-    service.rollback(host)
+    service_rollback.rollback(host)
     st = target.stat()
     assert (st.st_uid, st.st_gid) == (0, 0) and st.st_mode & 0o7777 == mode
     assert hashlib.sha256(target.read_bytes()).hexdigest() == before
-    assert service.host_status(host, patchset="ddtree@1").overall == "pristine"
+    assert service_status.host_status(host, patchset="ddtree@1").overall == "pristine"
 
 
 def test_the_no_sudo_refusal_says_each_reason_once(sshd, sglang_target, sglpatch_home):
@@ -59,7 +59,7 @@ def test_the_no_sudo_refusal_says_each_reason_once(sshd, sglang_target, sglpatch
         pytest.skip("needs root to make the install root-owned")
     _chown_root(sglang_target.site_packages)
     with pytest.raises(Exception) as exc:
-        service.apply_patchset("ddtree", sshd.host_entry(sglang_target), confirm=lambda plan: True)
+        service_apply.apply_patchset("ddtree", sshd.host_entry(sglang_target), confirm=lambda plan: True)
     err = exc.value
     assert getattr(err, "exit_code", None) == 8 and getattr(err, "kind", None) == "not_writable", err
     msg = err.message
@@ -83,8 +83,8 @@ def test_prune_without_sudo_of_backups_written_through_sudo_is_refused_whole(ssh
     host = sshd.host_entry(sglang_target, sudo=True)
     ids = []
     for _ in range(2):
-        ids.append(service.apply_patchset("ddtree@1", host, confirm=lambda plan: True).deployment_id)
-        service.rollback(host)
+        ids.append(service_apply.apply_patchset("ddtree@1", host, confirm=lambda plan: True).deployment_id)
+        service_rollback.rollback(host)
     state = site / ".sglpatch"
     if state_owner == "login user":
         for p in [state, state / "backups", state / "deployments", *(state / "deployments").iterdir()]:
@@ -94,7 +94,7 @@ def test_prune_without_sudo_of_backups_written_through_sudo_is_refused_whole(ssh
 
     plain = sshd.host_entry(sglang_target)
     with pytest.raises(DeployError) as exc:
-        service.prune(plain, keep=0)
+        service_rollback.prune(plain, keep=0)
     err = exc.value
     assert err.exit_code == 8 and getattr(err, "kind", None) == "not_writable", err
     msg = str(err) + (err.hint or "")
@@ -105,7 +105,7 @@ def test_prune_without_sudo_of_backups_written_through_sudo_is_refused_whole(ssh
         assert (state / "backups" / i / "sglang").is_dir()
     assert not (state / "lock").exists()
 
-    out = service.prune(host, keep=0)
+    out = service_rollback.prune(host, keep=0)
     assert sorted(p["id"] for p in out.pruned) == sorted(ids)
     for i in ids:
         assert not (state / "backups" / i).exists()

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from sglang_patcher import service
+from sglang_patcher import service_port
 from sglang_patcher.errors import PatchsetError
 from sglang_patcher.patchset import load_patchset
 from sglang_patcher.wheelcache import pristine_tree
@@ -88,7 +88,7 @@ def source(tmp_path_factory) -> Path:
 def ported(source, wheel_home, tmp_path_factory):
     out = tmp_path_factory.mktemp("port")
     before = (source / "patchset.yaml").read_bytes()
-    result = service.port_patchset(str(source), FROM, TO, out=out, partial=True, home=wheel_home)
+    result = service_port.port_patchset(str(source), FROM, TO, out=out, partial=True, home=wheel_home)
     assert (source / "patchset.yaml").read_bytes() == before      # --out leaves the patchset alone
     return result, out
 

@@ -38,7 +38,7 @@ def test_hosts_check_at_80_columns_prints_each_error_whole_below_the_table():
 
     from sglang_patcher.errors import TransportError
     from sglang_patcher.inventory import Host
-    from sglang_patcher.service import HostCheck, HostsCheckReport
+    from sglang_patcher.service_hosts import HostCheck, HostsCheckReport
 
     host = Host(name="gpu-far-away", hostname="10.0.0.9", python="/opt/conda/envs/sglang/bin/python")
     err = TransportError("gpu-far-away (10.0.0.9:22): cannot connect (connection refused)",

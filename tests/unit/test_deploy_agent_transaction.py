@@ -610,7 +610,7 @@ def test_rollback_without_a_host_passes_over_local_records_that_are_not_records(
     """``rollback`` without --host takes the host of the newest local record; a file there that
     is JSON but not an object (hand-edited, foreign) is passed over, not a traceback."""
     from sglang_patcher.errors import StateError
-    from sglang_patcher.service import latest_deployment_host
+    from sglang_patcher.service_rollback import latest_deployment_host
 
     d = tmp_path / "deployments"
     (d / "gpu-1").mkdir(parents=True)

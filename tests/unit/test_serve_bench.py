@@ -100,7 +100,7 @@ def test_sweep_writes_the_schedule_into_the_inventory_keeping_comments(tmp_path,
     serve.ddtree (chain entries only for a host that carries ddtree revision 4 or later), the
     file's comments stay, and the inventory still loads with it."""
     from sglang_patcher.inventory import load_inventory
-    from sglang_patcher.service import _write_sweep
+    from sglang_patcher.service_sweep import write_sweep
 
     inv = tmp_path / "hosts.yaml"
     inv.write_text("# my hosts\nhosts:\n  gpu:   # the box\n    transport: local\n    python: /usr/bin/python3\n"
@@ -108,7 +108,7 @@ def test_sweep_writes_the_schedule_into_the_inventory_keeping_comments(tmp_path,
                    "      ddtree:\n        budget: 8   # keep me\n")
     host = load_inventory(inv).hosts["gpu"]
     r = sweep_run(revision)
-    _write_sweep(r, host, host.serve, inv)
+    write_sweep(r, host, host.serve, inv)
     assert r.schedule == want and "written to" in r.schedule_written
     text = inv.read_text()
     assert "# my hosts" in text and "# the box" in text and "# keep me" in text
@@ -137,7 +137,7 @@ def test_sweep_asks_the_deployed_revision_for_its_features_not_its_name(tmp_path
     """Whether the sweep writes a schedule, and with chain entries, is what the patchset a host
     carries declares (``features:`` in its patchset.yaml), whatever its name or revision."""
     from sglang_patcher.inventory import load_inventory
-    from sglang_patcher.service import _write_sweep
+    from sglang_patcher.service_sweep import write_sweep
 
     root = tmp_path / "patchsets" / "plain"
     root.mkdir(parents=True)
@@ -146,7 +146,7 @@ def test_sweep_asks_the_deployed_revision_for_its_features_not_its_name(tmp_path
     inv, host = _sweep_inventory(tmp_path)
     r = sweep_run()
     r.patchset, r.revision = "plain", 1
-    _write_sweep(r, host, host.serve, inv)
+    write_sweep(r, host, host.serve, inv)
     assert r.schedule == want
     assert load_inventory(inv).hosts["gpu"].serve.ddtree.budget_schedule == (want if written else None)
     if not written:
@@ -154,10 +154,10 @@ def test_sweep_asks_the_deployed_revision_for_its_features_not_its_name(tmp_path
 
 
 def test_sweep_on_a_host_without_a_deployment_shows_the_schedule_only(tmp_path):
-    from sglang_patcher.service import _write_sweep
+    from sglang_patcher.service_sweep import write_sweep
 
     inv, host = _sweep_inventory(tmp_path)
     r = sweep_run()
     r.patchset = r.revision = None
-    _write_sweep(r, host, host.serve, inv)
+    write_sweep(r, host, host.serve, inv)
     assert r.schedule == "1:8,2:16,8:8" and "carries no sglpatch deployment" in r.schedule_written

@@ -1,0 +1,65 @@
+"""``sglpatch check``: levels 0-1 (the active patchset's smoke checks on the host's files) and,
+with a serve profile, 2 and 3 (the patched server starts and answers; DFLASH and DDTREE greedy
+tokens equal the target alone's)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from . import deploy
+from .checks import CheckReport, CheckResult, run_checks
+from .errors import ConfigError
+from .inventory import Host
+from .patchset import load_patchset
+from .serve.check import CheckRun, load_prompts, run_serving_levels
+from .serve.server import list_servers, stop_server
+from .service import Log, quiet, session
+
+__all__ = ["check_host"]
+
+
+def check_host(host: Host, *, level: int | None = None, prompts: str | Path | None = None,
+               stop_leftovers: bool = False, log: Log = quiet) -> CheckRun:
+    """``sglpatch check``: levels 0-1 (the active patchset's smoke checks on the host's files) and,
+    with a serve profile, 2 (the patched server starts and answers) and 3 (greedy tokens of
+    DFLASH and DDTREE equal the target alone's).
+
+    ``level`` defaults to the highest the host's profile allows (3 with a draft model, 2 with a
+    model, else 1). Raises ConfigError (a level the profile cannot run, a bad prompts file),
+    TransportError; a failed check is a result (``CheckRun.passed``), not an exception.
+    """
+    most = host.serve.max_level() if host.serve is not None else 1
+    level = most if level is None else level
+    if level > most:
+        why = ("it has no serve profile (`serve:` with model and draft_model)" if host.serve is None
+               else "its serve profile has no draft_model")
+        raise ConfigError(f"host {host.name} cannot be checked at level {level}: {why}",
+                          hint=f"use --level {most}, or add them under `serve:` for {host.name} in the "
+                               "inventory (the repository's hosts.yaml shows one for ct200)")
+    texts = load_prompts(prompts) if level >= 2 else []
+    with session(host) as (transport, info):
+        if level >= 2 or stop_leftovers:
+            for srv in list_servers(transport, host, info):
+                if srv.get("alive") and stop_leftovers:
+                    stop_server(transport, host, info, str(srv["name"]))
+                    log(f"{host.name}: stopped the leftover server {srv['name']} (pid {srv['pid']}, "
+                        f"port {srv.get('port')})")
+        active = deploy.host_status(transport, host, info, None).active
+        if active:
+            last = active[-1]
+            ps = load_patchset(f"{last['patchset']}@{last['revision']}")
+            log(f"{host.name}: L0/L1 of {ps.name} r{ps.revision} (the active deployment {last['id']})")
+            report = run_checks(transport, host, info, ps.touched_paths(str(info.sglang_version)), ps,
+                                levels=("L0",) if level == 0 else ("L0", "L1"))
+        else:
+            report = CheckReport(host=host.name)
+            report.checks.append(CheckResult("L0", "patched files compile", "skipped",
+                                             "no active sglpatch deployment on this host"))
+        if level >= 2 and not active:
+            report.checks.append(CheckResult("L2", "server start", "skipped",
+                                             "nothing is deployed on this host: a server started now "
+                                             "would test the release as it is (apply a patchset first)"))
+            return CheckRun(report, level)
+        if level >= 2:
+            return run_serving_levels(transport, host, info, report, level, texts, progress=log)
+        return CheckRun(report, level)

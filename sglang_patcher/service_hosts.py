@@ -1,0 +1,106 @@
+"""``sglpatch hosts`` and ``hosts --check``: the inventory as given, and each host's SGLang install
+found over its transport (one failed host never hides the others)."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any, Iterable
+
+from rich.console import Group
+from rich.table import Table
+from rich.text import Text
+
+from .errors import SglpatchError
+from .inventory import Host
+from .service import human_bytes, session
+
+__all__ = ["InventoryListing", "HostCheck", "HostsCheckReport", "check_hosts"]
+
+
+@dataclass
+class InventoryListing:
+    """The hosts of an inventory, as given (no connection made)."""
+
+    hosts: list[Host]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"hosts": [h.model_dump() for h in self.hosts]}
+
+    def __rich__(self) -> Table:
+        t = Table(title="hosts", title_justify="left")
+        for col in ("host", "transport", "address", "python", "sudo", "tags"):
+            t.add_column(col)
+        for h in self.hosts:
+            t.add_row(h.name, h.transport, h.address, h.python, "yes" if h.sudo else "no",
+                      ", ".join(h.tags))
+        return t
+
+
+@dataclass
+class HostCheck:
+    """One host's ``hosts --check`` outcome: its discovery info, or the error met (never both)."""
+
+    host: Host
+    info: Any = None
+    error: SglpatchError | None = None
+    seconds: float = 0.0
+
+
+@dataclass
+class HostsCheckReport:
+    """Per host: discovery info or the error — one failed host never hides the others."""
+
+    checks: list[HostCheck]
+
+    @property
+    def ok(self) -> bool:
+        return all(c.error is None for c in self.checks)
+
+    @property
+    def exit_code(self) -> int:
+        codes = [c.error.exit_code for c in self.checks if c.error is not None]
+        return max(codes) if codes else 0
+
+    def to_json(self) -> dict[str, Any]:
+        out = {}
+        for c in self.checks:
+            if c.error is not None:
+                out[c.host.name] = {"ok": False, "error": c.error.message, "hint": c.error.hint,
+                                    "exit_code": c.error.exit_code}
+            else:
+                out[c.host.name] = {"ok": True, **c.info.to_dict(), "seconds": round(c.seconds, 3)}
+        return {"hosts": out, "ok": self.ok}
+
+    def __rich__(self) -> Group:
+        t = Table(title="hosts --check", title_justify="left")
+        for col in ("host", "python", "sglang", "install", "writable", "free disk", "status"):
+            t.add_column(col)
+        errors: list[Text] = []   # below the table, full width: a narrow cell wrapped them word by word
+        for c in self.checks:
+            if c.error is not None:
+                t.add_row(c.host.name, c.host.python, "-", "-", "-", "-", Text("failed, below", style="red"))
+                named = c.error.message.startswith(f"{c.host.name}:") or c.error.message.startswith(f"{c.host.name} (")
+                said = Text.assemble(("" if named else f"{c.host.name}: ", "bold red"), (c.error.message, "red"))
+                if c.error.hint:  # what to do (e.g. the ssh-keyscan line), as with --json
+                    said.append(f"\n  hint: {c.error.hint}", style="yellow")
+                errors.append(said)
+                continue
+            i = c.info
+            t.add_row(c.host.name, f"{i.interpreter} ({i.python_version})", str(i.sglang_version),
+                      str(i.package_dir), "yes" if i.writable else Text("no", style="yellow"),
+                      human_bytes(i.free_bytes), Text("ok", style="green"))
+        return Group(t, *errors)
+
+
+def check_hosts(hosts: Iterable[Host]) -> HostsCheckReport:
+    """Connect to each host and discover its SGLang install (errors are collected per host)."""
+    checks = []
+    for h in hosts:
+        t0 = time.monotonic()
+        try:
+            with session(h) as (transport, info):
+                checks.append(HostCheck(h, info=info, seconds=time.monotonic() - t0))
+        except SglpatchError as exc:
+            checks.append(HostCheck(h, error=exc, seconds=time.monotonic() - t0))
+    return HostsCheckReport(checks)

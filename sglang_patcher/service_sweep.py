@@ -1,0 +1,66 @@
+"""``sglpatch bench --sweep``'s last step: the fastest DDTREE budget per concurrency becomes the
+host's ``serve.ddtree.budget_schedule`` in the inventory, as far as the revision deployed there can
+take it (its ``features``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from .errors import SglpatchError
+from .inventory import Host
+from .inventory_edit import set_host_value
+from .patchset import BUDGET_SCHEDULE, BUDGET_SCHEDULE_CHAIN, load_patchset
+from .serve.bench import BenchRun, choose_schedule
+from .serve.profile import ServeProfile
+from .serve.schedule import CHAIN, schedule_text
+
+__all__ = ["deployed_features", "write_sweep"]
+
+
+def deployed_features(patchset: str | None, revision: int | None) -> frozenset[str]:
+    """What the revision deployed on a host can do (:data:`sglang_patcher.patchset.FEATURES`), by
+    the ``features`` of the newest revision of that patchset here (it speaks for earlier ones too);
+    nothing for a host without a deployment or a patchset this checkout does not have."""
+    if patchset is None or revision is None:
+        return frozenset()
+    try:
+        return load_patchset(patchset).features_at(revision)
+    except SglpatchError:
+        return frozenset()
+
+
+def write_sweep(run: BenchRun, host: Host, profile: ServeProfile, inventory_path: Path | None) -> None:
+    """Set ``run.schedule`` to the schedule chosen from ``run``'s rows ("" without DDTREE rows) and
+    write it into ``inventory_path`` as ``hosts.<host>.serve.ddtree.budget_schedule`` (comments
+    kept; ``budget`` widened to the widest budget chosen) — where the revision deployed on the host
+    takes a schedule (``budget_schedule``; chain entries only with ``budget_schedule_chain``), the
+    profile serves with ``--disable-cuda-graph`` and the host comes from that file.
+    ``run.schedule_written`` says where it went, or why not. Raises InventoryError (the file does
+    not take the value; it is left untouched)."""
+    features = deployed_features(run.patchset, run.revision)
+    # chain entries (DFlash's own step) only where the deployed revision runs them
+    entries = choose_schedule(run, chain=BUDGET_SCHEDULE_CHAIN in features)
+    if not entries:
+        run.schedule = ""
+        return
+    run.schedule = schedule_text(entries)
+    if BUDGET_SCHEDULE not in features:
+        carried = f"{run.patchset} r{run.revision}" if run.patchset else "no sglpatch deployment"
+        run.schedule_written = (f"not written to {host.name}'s profile: the host carries {carried}, "
+                                "which takes no budget schedule")
+        return
+    if "--disable-cuda-graph" not in profile.args:
+        run.schedule_written = (f"not written to {host.name}'s profile: this ddtree revision applies a "
+                                "schedule of several budgets only with --disable-cuda-graph (its CUDA "
+                                "graphs are captured at one width); set serve.ddtree.budget_schedule "
+                                "yourself once it does")
+        return
+    if inventory_path is None or not Path(inventory_path).is_file():
+        run.schedule_written = f"not written: {host.name} comes from no inventory file"
+        return
+    top = max([n for _, n in entries if n != CHAIN], default=0)
+    set_host_value(Path(inventory_path), host.name, ["serve", "ddtree", "budget_schedule"], run.schedule)
+    if top > profile.ddtree.budget:
+        set_host_value(Path(inventory_path), host.name, ["serve", "ddtree", "budget"], top)
+    run.schedule_written = (f"written to {inventory_path}: hosts.{host.name}.serve.ddtree.budget_schedule"
+                            f" = {run.schedule!r} (DDTREE starts pass --speculative-ddtree-budget-schedule)")
