@@ -440,7 +440,7 @@ def test_an_interpreter_that_is_not_python_is_named_without_the_payload(capsys, 
 
 
 def test_demo_refuses_an_unsupported_release_before_touching_the_sandbox(capsys, sglpatch_home):
-    code, _, err = run_cli(capsys, "demo", "--sglang", "0.5.22")
+    code, _, err = run_cli(capsys, "demo", "--sglang", "0.5.21")
     assert code == 3 and "0.5.23" in err
     assert not (sglpatch_home / "sandbox").exists()
 
@@ -691,9 +691,9 @@ def test_the_sandbox_not_built_yet_says_to_run_the_demo(capsys, tmp_path, sglpat
 
 
 def test_patchset_refresh_refuses_an_unsupported_release_before_any_download(capsys, sglpatch_home):
-    code, _, err = run_cli(capsys, "patchset", "refresh", "ddtree", "--sglang", "0.5.22")
-    assert code == 3 and "0.5.22" in err and VERSION in err
-    assert not any((sglpatch_home / "wheels").rglob("sglang-0.5.22*")), "nothing downloaded"
+    code, _, err = run_cli(capsys, "patchset", "refresh", "ddtree", "--sglang", "0.5.21")
+    assert code == 3 and "0.5.21" in err and VERSION in err
+    assert not any((sglpatch_home / "wheels").rglob("sglang-0.5.21*")), "nothing downloaded"
 
 
 @pytest.mark.parametrize("args", [("hosts", "--hosts"), ("status", "--host", "sandbox", "--hosts")])
@@ -1034,12 +1034,12 @@ def test_status_of_a_host_without_records_judges_the_files_of_the_patchsets_for_
     assert code == 1 and data["overall"] == "mixed", data
     assert "sglang/srt/speculative/spec_info.py (patched ddtree r" in data["note"], data["note"]
     assert "no rollback will touch them" in data["note"], data["note"]
-    bare = StatusReport(host="here", sglang_version="0.5.22", files=[], deployments=[], journal=None, lock=None)
+    bare = StatusReport(host="here", sglang_version="0.5.21", files=[], deployments=[], journal=None, lock=None)
     rep = _status_without_records(None, Host(name="here", transport="local", python=str(local_target)),
-                                  SimpleNamespace(sglang_version="0.5.22"), bare)
+                                  SimpleNamespace(sglang_version="0.5.21"), bare)
     assert rep.overall == "unknown" and rep.note == (
-        "no sglpatch deployment is recorded on this host and no patchset here supports sglang 0.5.22, so no "
-        f"file was checked (supported: ddtree ({VERSION}))"), rep.note
+        "no sglpatch deployment is recorded on this host and no patchset here supports sglang 0.5.21, so no "
+        f"file was checked (supported: ddtree (0.5.22, {VERSION}))"), rep.note
 
 
 def test_status_expect_turns_the_state_into_the_exit_code(capsys, tmp_path, sglpatch_home, local_target):

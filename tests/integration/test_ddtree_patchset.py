@@ -334,41 +334,45 @@ def _run_l1(python: str, env_extra: dict[str, str] | None = None) -> list[dict]:
     return checks
 
 
-def _venv_or_skip(name: str, extra: list[str]) -> Path:
+def _venv_or_skip(name: str, extra: list[str], version: str = V) -> Path:
     if extra and "PIP_FIND_LINKS" not in os.environ and Path("/opt/wheels").is_dir():
         os.environ["PIP_FIND_LINKS"] = "/opt/wheels"   # where the CPU torch wheel lies
     try:
-        return venvs.pristine_venv(name, extra)
+        return venvs.pristine_venv(name, extra, version)
     except RuntimeError as exc:
         if os.environ.get("CI"):
             raise
-        pytest.skip(f"cannot build the {name} venv: {exc}")
-
-
-@pytest.fixture(scope="session")
-def l1_pristine_venv() -> Path:
-    reqs = venvs.read_requirements(REPO / "sglang_patcher" / "data" / "sglang-0.5.23-cpu-requirements.txt")
-    assert reqs, "sglang_patcher/data/sglang-0.5.23-cpu-requirements.txt is empty"
-    return _venv_or_skip("sglang-l1", reqs)
+        pytest.skip(f"cannot build the {name} {version} venv: {exc}")
 
 
 @pytest.fixture(scope="module")
-def l1_patched_venv(l1_pristine_venv, ps, tree, tmp_path_factory) -> venvs.TargetVenv:
+def l1_pristine_venv(release) -> Path:
+    """The cached L1 venv of the release: sglang plus the CPU set (the same set serves 0.5.22)."""
+    reqs = venvs.read_requirements(REPO / "sglang_patcher" / "data" / "sglang-0.5.23-cpu-requirements.txt")
+    assert reqs, "sglang_patcher/data/sglang-0.5.23-cpu-requirements.txt is empty"
+    base = _venv_or_skip("sglang-l1", reqs)
+    return base if release[0] == V else venvs.release_swap_venv(base, release[0], "sglang-l1")
+
+
+@pytest.fixture(scope="module")
+def l1_patched_venv(l1_pristine_venv, ps, release, tmp_path_factory) -> venvs.TargetVenv:
     """A working copy of the L1 venv (dependencies hard-linked) with the series applied."""
+    version, tree = release
     dest = tmp_path_factory.mktemp("l1-patched") / "venv"
     target = venvs.clone_venv(l1_pristine_venv, dest, share_deps=True)
-    for path, change in ps.render(V, tree.read).files.items():
+    for path, change in ps.render(version, tree.read).files.items():
         (target.site_packages / path).write_bytes(change.new)
     yield target
     venvs.remove_venv(dest)
 
 
 @pytest.mark.l1
-def test_l1_skips_everything_on_a_no_deps_venv(ps, tree, tmp_path):
-    pristine = _venv_or_skip("sglang", [])
+def test_l1_skips_everything_on_a_no_deps_venv(ps, release, tmp_path):
+    version, tree = release
+    pristine = _venv_or_skip("sglang", [], version)
     target = venvs.clone_venv(pristine, tmp_path / "venv")
     try:
-        for path, change in ps.render(V, tree.read).files.items():
+        for path, change in ps.render(version, tree.read).files.items():
             (target.site_packages / path).write_bytes(change.new)
         checks = _run_l1(str(target))
     finally:
@@ -379,7 +383,7 @@ def test_l1_skips_everything_on_a_no_deps_venv(ps, tree, tmp_path):
 
 @pytest.mark.l1
 @pytest.mark.slow
-def test_l1_fails_on_the_unpatched_tree(l1_pristine_venv):
+def test_l1_fails_on_the_unpatched_tree(l1_pristine_venv, release):
     checks = {c["name"]: c for c in _run_l1(str(l1_pristine_venv / "bin" / "python"))}
     assert checks["import patched modules"]["status"] == "passed"
     assert checks["from_string DDTREE"]["status"] == "failed"
@@ -393,7 +397,7 @@ def test_l1_fails_on_the_unpatched_tree(l1_pristine_venv):
 
 @pytest.mark.l1
 @pytest.mark.slow
-def test_l1_passes_on_the_patched_tree(l1_patched_venv):
+def test_l1_passes_on_the_patched_tree(l1_patched_venv, release):
     checks = {c["name"]: c for c in _run_l1(str(l1_patched_venv))}
     # The L1 venv (sglang_patcher/data/sglang-0.5.23-cpu-requirements.txt) has no transformers:
     # the checks that import SGLang's model-executor stack say so; everything else must pass.

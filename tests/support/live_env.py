@@ -32,6 +32,18 @@ from tests.support import venvs
 REPO = Path(__file__).resolve().parents[2]
 LIVE_DIR = REPO / "tests" / "live"
 REQUIREMENTS = LIVE_DIR / f"requirements-sglang-{venvs.SGLANG_VERSION}-cpu-server.txt"
+
+
+def requirements_file(version: str = venvs.SGLANG_VERSION) -> Path:
+    """The pinned CPU server set for SGLang ``version`` (may not exist: no live venv there)."""
+    return LIVE_DIR / f"requirements-sglang-{version}-cpu-server.txt"
+
+
+def live_releases() -> list[str]:
+    """The SGLang releases with a CPU server set here, 0.5.23 first."""
+    found = sorted(p.name[len("requirements-sglang-"):-len("-cpu-server.txt")]
+                   for p in LIVE_DIR.glob("requirements-sglang-*-cpu-server.txt"))
+    return sorted(found, key=lambda v: v != venvs.SGLANG_VERSION)
 PLUGIN_DIR = LIVE_DIR / "cpu_platform"
 # Installed beside the plugin: an import hook that makes PyPI's CUDA torchvision importable with
 # CPU torch in every interpreter of the venv (see cpu_platform/.../torchvision_hook.py).
@@ -71,10 +83,10 @@ def file_digest(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()[:16]
 
 
-def fingerprint() -> str:
-    """sha256 (hex, 16 chars) over the requirements file and every plugin file."""
+def fingerprint(version: str = venvs.SGLANG_VERSION) -> str:
+    """sha256 (hex, 16 chars) over the release's requirements file and every plugin file."""
     h = hashlib.sha256()
-    files = [REQUIREMENTS] + sorted(
+    files = [requirements_file(version)] + sorted(
         p for p in PLUGIN_DIR.rglob("*")
         if p.is_file() and not any(part == "__pycache__" or part == "build" or part.endswith(".egg-info")
                                    for part in p.relative_to(PLUGIN_DIR).parts))
@@ -95,14 +107,19 @@ def _install_plugin(vpy: str, env: dict[str, str]) -> None:
     (site / PTH_NAME).write_text(PTH_LINE)
 
 
-def pristine_live_venv() -> Path:
-    """The cached pristine live venv (built now if missing). RuntimeError when pip fails."""
-    reqs = venvs.read_requirements(REQUIREMENTS)
+def pristine_live_venv(version: str = venvs.SGLANG_VERSION) -> Path:
+    """The cached pristine live venv of SGLang ``version`` (built now if missing). RuntimeError
+    when pip fails or the release has no CPU server set here."""
+    path = requirements_file(version)
+    reqs = venvs.read_requirements(path)
     if not reqs:
-        raise RuntimeError(f"{REQUIREMENTS} is missing or empty")
+        raise RuntimeError(f"{path} is missing or empty")
+    if version != venvs.SGLANG_VERSION and reqs == venvs.read_requirements(requirements_file()):
+        # the same server set: the 0.5.23 venv with this release's sglang (seconds, not minutes)
+        return venvs.release_swap_venv(pristine_live_venv(), version, "sglang-live")
     if "PIP_FIND_LINKS" not in os.environ and Path("/opt/wheels").is_dir():
         os.environ["PIP_FIND_LINKS"] = "/opt/wheels"   # where this workplace keeps the CPU torch wheel
-    return venvs.pristine_venv("sglang-live", reqs, fingerprint=fingerprint(),
+    return venvs.pristine_venv("sglang-live", reqs, version, fingerprint=fingerprint(version),
                                post_install=_install_plugin)
 
 
@@ -150,11 +167,12 @@ def main(argv: list[str]) -> int:
     if argv[1:] != ["build"]:
         print("usage: python -m tests.support.live_env build", file=sys.stderr)
         return 2
-    t0 = time.monotonic()
-    print("live env: building the CPU SGLang server venv (cached; ~2.7 GB, a few minutes the "
-          "first time)", flush=True)
-    path = pristine_live_venv()
-    print(f"live env: {path} ready in {time.monotonic() - t0:.0f} s", flush=True)
+    for version in live_releases():
+        t0 = time.monotonic()
+        print(f"live env: building the CPU SGLang {version} server venv (cached; ~2.7 GB, a few "
+              "minutes the first time)", flush=True)
+        path = pristine_live_venv(version)
+        print(f"live env: {path} ready in {time.monotonic() - t0:.0f} s", flush=True)
     return 0
 
 

@@ -138,17 +138,45 @@ def pristine_venv(name: str = "sglang", extra: list[str] | None = None,
             pip(vpy, ["install", *extra], env)
         if post_install is not None:
             post_install(vpy, env)
-        for dirpath, dirnames, filenames in os.walk(dest):
-            for n in dirnames:
-                p = os.path.join(dirpath, n)
-                if not os.path.islink(p):
-                    os.chmod(p, os.stat(p).st_mode | 0o755)
-            for n in filenames:
-                p = os.path.join(dirpath, n)
-                if not os.path.islink(p):
-                    os.chmod(p, os.stat(p).st_mode | 0o444)
+        _seal(dest)
         done.write_text(f"{version} {extra}\n")
     return dest
+
+
+def release_swap_venv(base: Path, version: str, name: str) -> Path:
+    """The cached pristine venv that is the pristine venv ``base`` with ``sglang==version`` in
+    place of its SGLang (built now if missing): for another release with the same dependency set.
+    Every other package is a hard link to ``base``'s files (see :func:`clone_venv`), so it builds
+    in seconds instead of a second pip install of the whole set. RuntimeError when pip fails."""
+    key = hashlib.sha256(repr((str(base), version, 1)).encode()).hexdigest()[:12]
+    root = cache_root()
+    dest = root / f"{name}-{version}-{key}"
+    done = dest / ".sglpatch-complete"
+    if done.exists():
+        return dest
+    with locked(root / ".lock"):
+        if done.exists():
+            return dest
+        clone_venv(base, dest, share_deps=True)
+        (dest / ".sglpatch-complete").unlink(missing_ok=True)     # base's marker, copied
+        env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+        pip(str(dest / "bin" / "python"), ["install", "--no-deps", f"sglang=={version}"], env)
+        _seal(dest)
+        done.write_text(f"{version} from {base.name}\n")
+    return dest
+
+
+def _seal(dest: Path) -> None:
+    """Everyone may read the venv (the SSH test user runs it)."""
+    for dirpath, dirnames, filenames in os.walk(dest):
+        for n in dirnames:
+            p = os.path.join(dirpath, n)
+            if not os.path.islink(p):
+                os.chmod(p, os.stat(p).st_mode | 0o755)
+        for n in filenames:
+            p = os.path.join(dirpath, n)
+            if not os.path.islink(p):
+                os.chmod(p, os.stat(p).st_mode | 0o444)
 
 
 def pip(vpy: str, args: list[str], env: dict[str, str]) -> None:
