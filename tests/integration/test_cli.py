@@ -65,13 +65,21 @@ def file_states(status_json) -> dict[str, str]:
     return {f["path"]: f["state"] for f in status_json["files"]}
 
 
-def test_diff_against_the_pypi_wheel_needs_no_ssh(capsys, sglpatch_home):
-    code, out, plain_err = run_cli(capsys, "diff", "ddtree", "--sglang", VERSION)
+def _ddtree_releases() -> list[str]:
+    from sglang_patcher.patchset import load_patchset
+
+    return load_patchset("ddtree").versions
+
+
+@pytest.mark.parametrize("release", _ddtree_releases())
+def test_diff_against_the_pypi_wheel_needs_no_ssh(capsys, sglpatch_home, release):
+    """Every release the patchset targets: the offline dry-run renders, and git accepts its diff."""
+    code, out, plain_err = run_cli(capsys, "diff", "ddtree", "--sglang", release)
     assert code == 0, plain_err
     assert "+    DDTREE = auto()" in out
     assert "sglang/srt/speculative/spec_info.py" in out
 
-    code, data, err = run_json(capsys, "diff", "ddtree", "--sglang", VERSION)
+    code, data, err = run_json(capsys, "diff", "ddtree", "--sglang", release)
     assert code == 0, err
     assert data["revision"] >= 1
     assert "sglang/srt/speculative/spec_info.py" in data["files"]
@@ -86,7 +94,7 @@ def test_diff_against_the_pypi_wheel_needs_no_ssh(capsys, sglpatch_home):
     assert out == data["diff"]
     assert "hunk(s) applied strictly" in plain_err and "pristine tree: sglang==" in plain_err
     # ...which `git apply --check` accepts against the pristine tree `patchset tree` names
-    code, tree, _ = run_cli(capsys, "patchset", "tree", VERSION)
+    code, tree, _ = run_cli(capsys, "patchset", "tree", release)
     assert code == 0 and Path(tree.strip(), "sglang", "srt").is_dir(), tree
     import subprocess
     check = subprocess.run(["git", "apply", "--check", "-"], cwd=tree.strip(), input=out.encode(),
