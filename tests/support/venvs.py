@@ -168,15 +168,18 @@ def release_swap_venv(base: Path, version: str, name: str) -> Path:
 
 def _seal(dest: Path) -> None:
     """Everyone may read the venv (the SSH test user runs it)."""
-    for dirpath, dirnames, filenames in os.walk(dest):
-        for n in dirnames:
-            p = os.path.join(dirpath, n)
-            if not os.path.islink(p):
-                os.chmod(p, os.stat(p).st_mode | 0o755)
-        for n in filenames:
-            p = os.path.join(dirpath, n)
-            if not os.path.islink(p):
-                os.chmod(p, os.stat(p).st_mode | 0o444)
+    _add_mode(dest, dirs=0o755, files=0o444)
+
+
+def _add_mode(root: Path, *, dirs: int, files: int = 0) -> None:
+    """OR ``dirs`` into the mode of every directory below ``root`` and ``files`` into every file's
+    (symlinks untouched)."""
+    for dirpath, dirnames, filenames in os.walk(root):
+        for names, bits in ((dirnames, dirs), (filenames, files)):
+            for n in names if bits else ():
+                p = os.path.join(dirpath, n)
+                if not os.path.islink(p):
+                    os.chmod(p, os.stat(p).st_mode | bits)
 
 
 def pip(vpy: str, args: list[str], env: dict[str, str]) -> None:
@@ -281,11 +284,7 @@ def _alive(pid: int) -> bool:
 
 
 def _make_writable(root: Path) -> None:
-    for dirpath, dirnames, _ in os.walk(root):
-        for n in dirnames:
-            p = os.path.join(dirpath, n)
-            if not os.path.islink(p):
-                os.chmod(p, os.stat(p).st_mode | 0o700)
+    _add_mode(root, dirs=0o700)
 
 
 @dataclass
