@@ -377,8 +377,11 @@ class RollbackResult:
     # skipped (why none was: the host's Python writes none)
     bytecode: dict[str, Any] = field(default_factory=dict)
     # deployments active only in this machine's records whose install was replaced (none of their files
-    # carries their bytes), now marked superseded there: id → {local (the record), site_packages, files}
+    # carries their bytes), now marked superseded there: id → {local (the record), site_packages, files};
+    # for `--to` an id marked so before: also at, reason and marked_before
     superseded: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # `--to` a superseded deployment: the deployments active on the host (what a rollback would undo)
+    active: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -388,6 +391,19 @@ class RollbackResult:
 
         if not self.rolled_back and not self.files:
             from rich.text import Text
+            before = {d: r for d, r in self.superseded.items() if r.get("marked_before")}
+            if before:
+                did, r = next(iter(before.items()))
+                lines = [f"{self.host}: nothing to roll back — deployment {did} was superseded: none of its "
+                         f"changes is on the host to undo",
+                         f"  made on {r.get('site_packages') or 'an install'} ({r.get('files')} files); this "
+                         f"machine's record of it, {r.get('local')}, was marked superseded"
+                         + (f" at {r['at']}" if r.get("at") else "") + (f": {r['reason']}" if r.get("reason") else "")]
+                lines.append(f"  `sglpatch status --host {self.host}` checks the files; "
+                             + (f"the deployment(s) active on the host now: {', '.join(self.active)} — "
+                                f"`sglpatch rollback --host {self.host}` undoes the latest" if self.active else
+                                "no deployment is active on the host"))
+                return Text("\n".join(lines))
             if self.superseded:
                 lines = [(f"{self.host}: nothing to roll back — the install that deployment(s) "
                           f"{', '.join(self.superseded)} patched was replaced (re-created or reinstalled): the "
@@ -396,7 +412,9 @@ class RollbackResult:
                     lines.append(f"  {did}: made on {r.get('site_packages') or 'an install'} ({r.get('files')} "
                                  f"files); this machine's record of it, {r.get('local')}, is now marked superseded")
                 lines.append(f"  rollback and status no longer take them for deployments on the host; "
-                             f"`sglpatch status --host {self.host}` checks the files")
+                             f"`sglpatch status --host {self.host}` checks the files"
+                             + (f"; the deployment(s) active on the host now: {', '.join(self.active)} — "
+                                f"`sglpatch rollback --host {self.host}` undoes the latest" if self.active else ""))
                 return Text("\n".join(lines))
             return Text(f"{self.host}: nothing to roll back — no sglpatch deployment is active there"
                         + (f" (deployment {self.already[-1]} was rolled back already)" if self.already else

@@ -10,6 +10,8 @@ sha256 the record names count — and put back (agent ``put_backups``) before th
 
 from __future__ import annotations
 
+import json
+import re
 import time
 from pathlib import Path
 from typing import Any
@@ -24,7 +26,7 @@ from ..transport.base import Transport
 from ..transport.local import LocalTransport
 from .agent import Progress, agent_for, host_name, lock_takeover, no_progress
 from .pristine import LocalBackups, PristineSource, Reader, wheel_reader
-from .records import (ACTIVE, check_host_records, check_local_writable, local_paths, lost_records,
+from .records import (ACTIVE, SUPERSEDED, check_host_records, check_local_writable, local_paths, lost_records,
                       save_local_record, supersede_local_records, sync_local_records)
 from .results import RollbackResult
 
@@ -48,8 +50,10 @@ def rollback_host(transport: Transport, host: Host, info: HostInfo, deployment_i
     record of are judged by the live files: where none of its files carries the bytes it wrote, the
     install it patched was replaced (re-created, reinstalled) — the copy is marked superseded and
     named (``superseded``), nothing to roll back; where some still do, the host's record was lost:
-    StateError naming the copy and where it goes. Raises StateError (unknown id, that lost record,
-    a backup missing or not matching that none of those holds), LockHeldError, DriftError.
+    StateError naming the copy and where it goes. An id the host has no record of is what this
+    machine's copy says it is (:func:`not_on_host`: superseded or rolled back is no error). Raises
+    StateError (unknown id, that lost record, a backup missing or not matching that none of those
+    holds), LockHeldError, DriftError.
     """
     t0 = time.monotonic()
     rt0 = transport.round_trips
@@ -68,13 +72,11 @@ def rollback_host(transport: Transport, host: Host, info: HostInfo, deployment_i
     active = [d for d in order if d.get("phase") in ACTIVE]
     if deployment_id is None:
         if not active:
-            shown = [d['id'] + ' ' + str(d.get('phase')) for d in order]
             lost = lost_records(agent, home, name, set(records))
             gone = [r for r in lost if not r["carried"]]   # the install they patched was replaced
             superseded: dict[str, dict[str, Any]] = {}
             if gone:
-                why = ("the host has no record of it and none of its files carries the bytes it wrote: the "
-                       f"install it patched was replaced (re-created or reinstalled; now {info.site_packages})")
+                why = replaced_reason(info)
                 marked = supersede_local_records(home, [Path(r["local"]) for r in gone], why)
                 superseded = {r["id"]: {"local": r["local"], "site_packages": r["site_packages"],
                                         "files": r["files"]} for r in gone if r["id"] in marked}
@@ -84,23 +86,12 @@ def rollback_host(transport: Transport, host: Host, info: HostInfo, deployment_i
                                       already=[d["id"] for d in order if d.get("phase") == "rolled_back"][-1:],
                                       round_trips=transport.round_trips - rt0, seconds=time.monotonic() - t0,
                                       superseded=superseded)
-            state_dir = str(getattr(host, "state_dir", None) or f"{info.site_packages}/.sglpatch")
-            r = kept[-1]
-            raise StateError(
-                f"{name}: deployment {r['id']} is active in this machine's records ({r['local']}) but the host "
-                f"has no record of it, and {len(r['carried'])} of its {r['files']} files still carry the bytes it "
-                f"wrote ({', '.join(r['carried'][:3])}{', …' if len(r['carried']) > 3 else ''}): the host's record "
-                f"was lost, so nothing was rolled back (the host's history: {', '.join(shown[-5:]) or 'empty'}"
-                f"{f', and {len(shown) - 5} earlier' if len(shown) > 5 else ''})"
-                + (f"; the local records of {', '.join(superseded)}, whose install was replaced, are now marked "
-                   f"superseded" if superseded else ""),
-                hint=f"copy the record back: {r['local']} into the host's {state_dir}/deployments/, then run "
-                     f"`sglpatch rollback --host {name}` again")
+            raise lost_record_error(name, host, info, kept[-1], order, superseded)
         todo = [active[-1]]
     else:
         if deployment_id not in records:
-            raise StateError(f"{name}: no deployment {deployment_id} on this host",
-                             hint=f"`sglpatch status --host {name}` lists them")
+            return not_on_host(agent, home, name, host, info, deployment_id, order, records, t0=t0,
+                               rt0=rt0, transport=transport)
         start = order.index(records[deployment_id])
         todo = [d for d in order[start:] if d.get("phase") in ACTIVE]
         first = records[deployment_id]
@@ -161,6 +152,80 @@ def rollback_host(transport: Transport, host: Host, info: HostInfo, deployment_i
                           round_trips=transport.round_trips - rt0, seconds=time.monotonic() - t0,
                           backups_put_back=put_back, drift_kept=kept,
                           bytecode={k: (sorted(set(v)) if k == "recompiled" else v) for k, v in bytecode.items()})
+
+
+def not_on_host(agent: Any, home: Path, name: str, host: Host, info: HostInfo, deployment_id: str,
+                order: list[dict[str, Any]], records: dict[str, dict[str, Any]], *, t0: float, rt0: int,
+                transport: Transport) -> RollbackResult:
+    """``rollback --to ID`` where the host has no record of ID: what this machine's copy of the
+    record says it is. Superseded (its install was replaced), or active here but carrying none of
+    its bytes on the host (then marked superseded now): nothing to roll back, no error — the result
+    names it (``superseded``) and why. Rolled back (the host's state went since): ``already``.
+    Active here and some of its files still carry its bytes: the host's record was lost —
+    StateError naming the copy and where it goes. No copy here: StateError naming the host's
+    deployments, and the host whose record it is when it is another one."""
+    plain = bool(re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", deployment_id))  # an id, not a path
+    local = local_paths(home, name, deployment_id)[0]
+    try:
+        rec = json.loads(local.read_text()) if plain else None
+    except (OSError, ValueError):
+        rec = None
+    done = dict(round_trips=transport.round_trips - rt0, seconds=time.monotonic() - t0)
+    phase = rec.get("phase") if isinstance(rec, dict) else None
+    if phase == SUPERSEDED:
+        sup = rec.get("superseded") if isinstance(rec.get("superseded"), dict) else {}
+        return RollbackResult(host=name, rolled_back=[], files={}, **done, superseded={deployment_id: {
+            "local": str(local), "site_packages": rec.get("site_packages"),
+            "files": len(rec.get("files") or {}), "at": sup.get("at"), "reason": sup.get("reason"),
+            "marked_before": True}}, active=[d["id"] for d in order if d.get("phase") in ACTIVE])
+    if phase == "rolled_back":
+        return RollbackResult(host=name, rolled_back=[], files={}, already=[deployment_id], **done)
+    if phase in ACTIVE:
+        lost = [r for r in lost_records(agent, home, name, set(records)) if r["id"] == deployment_id]
+        if lost and not lost[0]["carried"]:
+            r = lost[0]
+            why = replaced_reason(info)
+            if supersede_local_records(home, [Path(r["local"])], why):
+                return RollbackResult(host=name, rolled_back=[], files={}, **done, superseded={deployment_id: {
+                    "local": r["local"], "site_packages": r["site_packages"], "files": r["files"],
+                    "reason": why}}, active=[d["id"] for d in order if d.get("phase") in ACTIVE])
+        if lost:
+            raise lost_record_error(name, host, info, lost[0], order, {})
+    base = home / "deployments"
+    elsewhere = sorted(d.name for d in base.iterdir() if d.name != local.parent.name
+                       and (d / f"{deployment_id}.json").is_file()) if plain and base.is_dir() else []
+    shown = [d["id"] for d in order]
+    raise StateError(
+        f"{name}: no deployment {deployment_id} on this host (its deployments: "
+        f"{', '.join(shown[-5:]) or 'none'}{f', and {len(shown) - 5} earlier' if len(shown) > 5 else ''})"
+        + (f"; this machine's records name it as a deployment of {', '.join(elsewhere)}" if elsewhere else ""),
+        hint=(f"name that host: `sglpatch rollback --host {elsewhere[0]} --to {deployment_id}`" if elsewhere else
+              f"`sglpatch status --host {name}` lists the host's deployments; "
+              f"`sglpatch rollback --host {name}` undoes the latest active one"))
+
+
+def replaced_reason(info: HostInfo) -> str:
+    """Why a local copy of a record is superseded: its install was replaced."""
+    return ("the host has no record of it and none of its files carries the bytes it wrote: the "
+            f"install it patched was replaced (re-created or reinstalled; now {info.site_packages})")
+
+
+def lost_record_error(name: str, host: Host, info: HostInfo, r: dict[str, Any], order: list[dict[str, Any]],
+                      superseded: dict[str, Any]) -> StateError:
+    """A deployment active in this machine's records whose host record was lost while some of its
+    files still carry its bytes: nothing is rolled back; the hint says where the copy goes."""
+    shown = [d['id'] + ' ' + str(d.get('phase')) for d in order]
+    state_dir = str(getattr(host, "state_dir", None) or f"{info.site_packages}/.sglpatch")
+    return StateError(
+        f"{name}: deployment {r['id']} is active in this machine's records ({r['local']}) but the host "
+        f"has no record of it, and {len(r['carried'])} of its {r['files']} files still carry the bytes it "
+        f"wrote ({', '.join(r['carried'][:3])}{', …' if len(r['carried']) > 3 else ''}): the host's record "
+        f"was lost, so nothing was rolled back (the host's history: {', '.join(shown[-5:]) or 'empty'}"
+        f"{f', and {len(shown) - 5} earlier' if len(shown) > 5 else ''})"
+        + (f"; the local records of {', '.join(superseded)}, whose install was replaced, are now marked "
+           f"superseded" if superseded else ""),
+        hint=f"copy the record back: {r['local']} into the host's {state_dir}/deployments/, then run "
+             f"`sglpatch rollback --host {name}` again")
 
 
 def recover_backups(home: Path, name: str, info: HostInfo, record: dict[str, Any],

@@ -623,6 +623,47 @@ def test_an_install_replaced_under_a_deployment_is_said_by_status_and_rollback_r
     assert code == 0 and data["lost_records"] == [] and data["overall"] == "pristine", data
 
 
+def test_rollback_to_a_superseded_deployment_says_what_it_is_and_exits_0(capsys, tmp_path, sglpatch_home,
+                                                                         local_target):
+    """`rollback --to ID` of a deployment whose install was replaced said "no deployment" (exit 10).
+    Now: unmarked yet, it is judged (no file carries its bytes), marked superseded and said; marked
+    already, the record's reason and time are said, with the deployment active on the host now
+    and what undoes it; exit 0 both times, as a plain rollback of a replaced install. An id only
+    another host's records hold names that host (exit 10); an unknown id stays exit 10."""
+    from sglang_patcher.inventory import Host
+
+    hosts = write_hosts(tmp_path / "hosts.yaml", Host(name="here", transport="local", python=str(local_target)))
+    h = ["--hosts", str(hosts)]
+    code, data, err = run_json(capsys, *h, "apply", "ddtree", "--host", "here", "--yes")
+    assert code == 0, err
+    old = data["deployment_id"]
+    local = sglpatch_home / "deployments" / "here" / f"{old}.json"
+    local_target.reset()                      # the install replaced: its records went with it
+    code, data, err = run_json(capsys, *h, "rollback", "--host", "here", "--to", old)
+    assert code == 0 and data["rolled_back"] == [] and list(data["superseded"]) == [old], (data, err)
+    assert json.loads(local.read_text())["phase"] == "superseded"
+    code, data, err = run_json(capsys, *h, "apply", "ddtree", "--host", "here", "--yes")
+    assert code == 0, err
+    new = data["deployment_id"]
+    code, out, err = run_cli(capsys, *h, "rollback", "--host", "here", "--to", old)
+    assert code == 0, out + err
+    assert str(local) in "".join(out.split()), out
+    out = " ".join(out.split())
+    assert f"nothing to roll back — deployment {old} was superseded" in out, out
+    assert "was marked superseded at " in out and "the install it patched was replaced" in out, out
+    assert f"active on the host now: {new}" in out and "`sglpatch rollback --host here` undoes the latest" in out
+    code, data, _ = run_json(capsys, *h, "status", "--host", "here", "--patchset", "ddtree")
+    assert data["overall"] == "patched", data            # the new deployment was left alone
+    write_hosts(tmp_path / "hosts.yaml", Host(name="here", transport="local", python=str(local_target)),
+                Host(name="twin", transport="local", python=str(local_target)))
+    code, data, _ = run_json(capsys, *h, "rollback", "--host", "twin", "--to", old)
+    assert code == 10 and "this machine's records name it as a deployment of here" in data["error"], data
+    assert f"--host here --to {old}" in data["hint"], data
+    code, data, _ = run_json(capsys, *h, "rollback", "--host", "here", "--to", "20990101T000000Z-nope")
+    assert code == 10 and "no deployment 20990101T000000Z-nope on this host" in data["error"], data
+    assert new in data["error"], data                    # the host's deployments are named
+
+
 def test_rollback_of_files_already_back_to_their_originals_is_not_drift(capsys, tmp_path, sglpatch_home,
                                                                        local_target):
     from sglang_patcher.inventory import Host
