@@ -1135,6 +1135,39 @@ def test_prune_on_a_host_never_deployed_is_nothing_to_prune_not_a_lock_error(cap
         assert not (site / ".sglpatch").exists(), "prune created the host's state dir"
 
 
+def test_prune_under_a_held_lock_says_nothing_to_prune_and_refuses_only_what_it_would_delete(
+        capsys, tmp_path, sglpatch_home, local_target):
+    """prune asked for the host's lock before it knew whether there was anything to delete: a held
+    lock refused even "nothing to prune" (exit 8). Now, with a live process holding the lock,
+    nothing to prune is said (exit 0); with backups to delete it is refused (exit 8) naming the
+    deployment and the holder, and nothing is deleted."""
+    import socket
+
+    from sglang_patcher.inventory import Host
+
+    hosts = write_hosts(tmp_path / "hosts.yaml", Host(name="here", transport="local", python=str(local_target)))
+    h = ["--hosts", str(hosts)]
+    for _ in range(2):
+        assert run_json(capsys, *h, "apply", "ddtree", "--host", "here", "--yes")[0] == 0
+        assert run_json(capsys, *h, "rollback", "--host", "here")[0] == 0
+    lock = local_target.site_packages / ".sglpatch" / "lock"
+    holder = {"user": "someone", "pid": os.getpid(), "host": socket.gethostname(), "started": "2026-01-01T00:00:00Z",
+              "deployment": "20260101T000000Z-ddtree-r5-abcdef", "token": "another-run"}   # a live process
+    lock.write_text(json.dumps(holder))
+    backups = sorted((local_target.site_packages / ".sglpatch" / "backups").iterdir())
+    code, out, err = run_cli(capsys, *h, "prune", "--host", "here", "--keep", "2")
+    assert code == 0 and "here: nothing to prune" in " ".join(out.split()), out + err
+    code, data, _ = run_json(capsys, *h, "prune", "--host", "here", "--keep", "1")
+    assert code == 8 and data["type"] == "LockHeldError", data
+    assert "cannot prune the backups of 1 rolled-back deployment(s)" in data["error"], data
+    assert "someone@" in data["error"] and "nothing was deleted" in data["error"] and "--break-lock" in data["hint"]
+    assert sorted((local_target.site_packages / ".sglpatch" / "backups").iterdir()) == backups
+    assert json.loads(lock.read_text())["token"] == "another-run"     # the lock is the holder's still
+    lock.unlink()
+    code, data, _ = run_json(capsys, *h, "prune", "--host", "here", "--keep", "1")
+    assert code == 0 and len(data["pruned"]) == 1, data
+
+
 def test_prune_frees_the_backups_of_rolled_back_deployments(capsys, tmp_path, sglpatch_home, local_target):
     from sglang_patcher.inventory import Host
 
