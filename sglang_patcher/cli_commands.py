@@ -153,8 +153,9 @@ def status_cmd(app: AppContext, host_name: str, patchset: str | None, expect: st
 @click.option("--break-lock", is_flag=True, help="Remove a stale deploy lock on the host first.")
 @pass_app
 def prune_cmd(app: AppContext, host_name: str, keep: int, dry_run: bool, break_lock: bool) -> None:
-    """Delete the host's backups of rolled-back deployments (their records stay as history);
-    the backups of active deployments, which rollback needs, are never touched."""
+    """Delete the host's backups of rolled-back deployments (their records stay as history), and
+    this machine's backup copies of superseded deployments (their install was replaced: nothing to
+    roll back); the backups of active deployments, which rollback needs, are never touched."""
     app.result(service_rollback.prune(app.host(host_name), keep=keep, dry_run=dry_run, break_lock=break_lock))
 
 

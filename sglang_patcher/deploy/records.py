@@ -142,6 +142,42 @@ def supersede_local_records(home: Path, paths: list[Path], reason: str) -> list[
     return done
 
 
+def superseded_backups(home: Path, host: str) -> list[dict[str, Any]]:
+    """This machine's backup copies of ``host``'s deployments whose local record is superseded
+    (their install was replaced: no rollback reads them again): ``{id, record, dir, bytes, files}``
+    for each such record that still has its ``backups/<host>/<id>/`` directory, oldest id first."""
+    out = []
+    for path in sorted((home / "deployments" / safe_component(host)).glob("*.json")):
+        try:
+            rec = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        if not isinstance(rec, dict) or rec.get("phase") != SUPERSEDED:
+            continue
+        bdir = local_paths(home, host, path.stem)[1]
+        if not bdir.is_dir():
+            continue
+        files = [f for f in bdir.rglob("*") if f.is_file() or f.is_symlink()]
+        out.append({"id": path.stem, "record": str(path), "dir": str(bdir), "files": len(files),
+                    "bytes": sum(f.lstat().st_size for f in files)})
+    return out
+
+
+def mark_backups_pruned(record: Path) -> None:
+    """Note in a local copy of a record that its backup copies were deleted (``backups_pruned``:
+    when), written atomically; a copy that cannot be read or written is passed over."""
+    try:
+        rec = json.loads(record.read_text())
+        if not isinstance(rec, dict):
+            return
+        rec["backups_pruned"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        tmp = record.with_name(record.name + ".tmp")
+        tmp.write_text(json.dumps(rec, indent=1, sort_keys=True) + "\n")
+        tmp.replace(record)
+    except (OSError, ValueError):
+        return
+
+
 def local_records_within(home: Path, directory: Path) -> list[Path]:
     """The active local copies, of any host, of deployments made on an install inside
     ``directory`` (their record's ``site_packages`` lies under it): the records a deleted venv

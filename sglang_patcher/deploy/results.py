@@ -403,6 +403,9 @@ class RollbackResult:
                              + (f"the deployment(s) active on the host now: {', '.join(self.active)} — "
                                 f"`sglpatch rollback --host {self.host}` undoes the latest" if self.active else
                                 "no deployment is active on the host"))
+                if r.get("backups"):
+                    lines.append(f"  its backup copies here, {r['backups']}: no rollback needs them — "
+                                 f"`sglpatch prune --host {self.host}` deletes them")
                 return Text("\n".join(lines))
             if self.superseded:
                 lines = [(f"{self.host}: nothing to roll back — the install that deployment(s) "
@@ -415,6 +418,10 @@ class RollbackResult:
                              f"`sglpatch status --host {self.host}` checks the files"
                              + (f"; the deployment(s) active on the host now: {', '.join(self.active)} — "
                                 f"`sglpatch rollback --host {self.host}` undoes the latest" if self.active else ""))
+                kept = [r["backups"] for r in self.superseded.values() if r.get("backups")]
+                if kept:
+                    lines.append(f"  their backup copies here ({', '.join(kept)}): no rollback needs them — "
+                                 f"`sglpatch prune --host {self.host}` deletes them")
                 return Text("\n".join(lines))
             return Text(f"{self.host}: nothing to roll back — no sglpatch deployment is active there"
                         + (f" (deployment {self.already[-1]} was rolled back already)" if self.already else
@@ -456,10 +463,19 @@ class PruneResult:
     kept: list[str]
     dry_run: bool = False
     recorded: int | None = None
+    # this machine's backup copies of superseded deployments (their install was replaced), deleted
+    # whatever --keep says: {id, record, dir, bytes, files}
+    superseded: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def freed_bytes(self) -> int:
+        """Bytes freed on the host."""
         return sum(int(p.get("bytes", 0)) for p in self.pruned)
+
+    @property
+    def local_freed_bytes(self) -> int:
+        """Bytes of superseded deployments' backup copies freed on this machine."""
+        return sum(int(p.get("bytes", 0)) for p in self.superseded)
 
     @property
     def drifted(self) -> dict[str, list[str]]:
@@ -467,15 +483,18 @@ class PruneResult:
         return {str(p["id"]): list(p["drifted"]) for p in self.pruned if p.get("drifted")}
 
     def to_json(self) -> dict[str, Any]:
-        return {**asdict(self), "freed_bytes": self.freed_bytes,
+        return {**asdict(self), "freed_bytes": self.freed_bytes, "local_freed_bytes": self.local_freed_bytes,
                 "drifted_copies": sum(len(v) for v in self.drifted.values())}
 
     def __rich__(self):
         from rich.text import Text
 
+        gone = self._superseded_lines()
         if not self.pruned:
             why = ("no sglpatch deployment is recorded on this host" if self.recorded == 0 else
                    "no rolled-back deployment beyond the --keep newest has backups left")
+            if gone:
+                return Text("\n".join([f"{self.host}: nothing to prune on the host — {why}"] + gone))
             return Text(f"{self.host}: nothing to prune — {why}" + (
                 f"\n  kept: the backups of {', '.join(self.kept)} (--keep); active deployments' are never pruned"
                 if self.kept else ""))
@@ -496,7 +515,19 @@ class PruneResult:
                              + ", ".join(d))
         if self.kept:
             lines.append(f"  kept: the backups of {', '.join(self.kept)} (--keep); active deployments' are never pruned")
-        return Text("\n".join(lines))
+        return Text("\n".join(lines + gone))
+
+    def _superseded_lines(self) -> list[str]:
+        """What was (would be) deleted of this machine's copies of superseded deployments."""
+        if not self.superseded:
+            return []
+        verb = "would delete" if self.dry_run else "deleted"
+        lines = [f"this machine: {verb} {self.local_freed_bytes / 1e6:.1f} MB — the backup copies of "
+                 f"{len(self.superseded)} superseded deployment(s) (their install was replaced: nothing on the "
+                 f"host to roll back; their records stay)"]
+        lines += [f"  {g['id']}: {int(g['bytes']) / 1e6:.2f} MB, {g['files']} file(s), {g['dir']}"
+                  for g in self.superseded]
+        return lines
 
 
 # ---------------------------------------------------------------------------------- rendering

@@ -79,7 +79,8 @@ def rollback_host(transport: Transport, host: Host, info: HostInfo, deployment_i
                 why = replaced_reason(info)
                 marked = supersede_local_records(home, [Path(r["local"]) for r in gone], why)
                 superseded = {r["id"]: {"local": r["local"], "site_packages": r["site_packages"],
-                                        "files": r["files"]} for r in gone if r["id"] in marked}
+                                        "files": r["files"], **backup_copies(home, name, r["id"])}
+                              for r in gone if r["id"] in marked}
             kept = [r for r in lost if r["carried"]]
             if not kept:  # rolled back already, never deployed, or its install gone: the wanted state holds
                 return RollbackResult(host=name, rolled_back=[], files={},
@@ -177,7 +178,7 @@ def not_on_host(agent: Any, home: Path, name: str, host: Host, info: HostInfo, d
         return RollbackResult(host=name, rolled_back=[], files={}, **done, superseded={deployment_id: {
             "local": str(local), "site_packages": rec.get("site_packages"),
             "files": len(rec.get("files") or {}), "at": sup.get("at"), "reason": sup.get("reason"),
-            "marked_before": True}}, active=[d["id"] for d in order if d.get("phase") in ACTIVE])
+            "marked_before": True, **backup_copies(home, name, deployment_id)}}, active=[d["id"] for d in order if d.get("phase") in ACTIVE])
     if phase == "rolled_back":
         return RollbackResult(host=name, rolled_back=[], files={}, already=[deployment_id], **done)
     if phase in ACTIVE:
@@ -188,7 +189,7 @@ def not_on_host(agent: Any, home: Path, name: str, host: Host, info: HostInfo, d
             if supersede_local_records(home, [Path(r["local"])], why):
                 return RollbackResult(host=name, rolled_back=[], files={}, **done, superseded={deployment_id: {
                     "local": r["local"], "site_packages": r["site_packages"], "files": r["files"],
-                    "reason": why}}, active=[d["id"] for d in order if d.get("phase") in ACTIVE])
+                    "reason": why, **backup_copies(home, name, deployment_id)}}, active=[d["id"] for d in order if d.get("phase") in ACTIVE])
         if lost:
             raise lost_record_error(name, host, info, lost[0], order, {})
     base = home / "deployments"
@@ -202,6 +203,13 @@ def not_on_host(agent: Any, home: Path, name: str, host: Host, info: HostInfo, d
         hint=(f"name that host: `sglpatch rollback --host {elsewhere[0]} --to {deployment_id}`" if elsewhere else
               f"`sglpatch status --host {name}` lists the host's deployments; "
               f"`sglpatch rollback --host {name}` undoes the latest active one"))
+
+
+def backup_copies(home: Path, name: str, deployment_id: str) -> dict[str, str]:
+    """``{"backups": dir}`` when this machine still holds backup copies of the deployment (for a
+    superseded one, `sglpatch prune` deletes them), else {}."""
+    bdir = local_paths(home, name, deployment_id)[1]
+    return {"backups": str(bdir)} if bdir.is_dir() else {}
 
 
 def replaced_reason(info: HostInfo) -> str:

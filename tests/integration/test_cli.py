@@ -1168,6 +1168,47 @@ def test_prune_under_a_held_lock_says_nothing_to_prune_and_refuses_only_what_it_
     assert code == 0 and len(data["pruned"]) == 1, data
 
 
+def test_prune_deletes_this_machines_backup_copies_of_superseded_deployments(capsys, tmp_path, sglpatch_home,
+                                                                              local_target):
+    """The local backup copies of a deployment whose install was replaced (record superseded) were
+    never deleted. rollback now points at them and prune deletes them, whatever --keep says,
+    listing each (dry run: would delete); the record stays, superseded, marked backups_pruned. An
+    active deployment's local copies stay."""
+    from sglang_patcher.inventory import Host
+
+    hosts = write_hosts(tmp_path / "hosts.yaml", Host(name="here", transport="local", python=str(local_target)))
+    h = ["--hosts", str(hosts)]
+    code, data, err = run_json(capsys, *h, "apply", "ddtree", "--host", "here", "--yes")
+    assert code == 0, err
+    old = data["deployment_id"]
+    copies = sglpatch_home / "backups" / "here" / old
+    assert any(f.is_file() for f in copies.rglob("*")), "apply keeps local backup copies"
+    local_target.reset()                                   # the install replaced
+    code, out, err = run_cli(capsys, *h, "rollback", "--host", "here")
+    assert code == 0, out + err
+    assert str(copies) in "".join(out.split()) and "`sglpatch prune --host here` deletes them" in " ".join(out.split())
+    code, data, err = run_json(capsys, *h, "apply", "ddtree", "--host", "here", "--yes")
+    assert code == 0, err
+    active = sglpatch_home / "backups" / "here" / data["deployment_id"]
+    assert active.is_dir()
+
+    code, out, err = run_cli(capsys, *h, "prune", "--host", "here", "--keep", "5", "--dry-run")
+    said = " ".join(out.split())
+    assert code == 0 and "would delete" in said and "superseded deployment(s)" in said, out + err
+    assert str(copies) in "".join(out.split()) and copies.is_dir()
+    code, data, err = run_json(capsys, *h, "prune", "--host", "here", "--keep", "5")
+    assert code == 0 and data["pruned"] == [], (data, err)           # nothing rolled back on the host
+    assert [g["id"] for g in data["superseded"]] == [old] and data["superseded"][0]["dir"] == str(copies), data
+    size = sum(f.stat().st_size for f in active.rglob("*") if f.is_file())   # the same originals
+    assert data["local_freed_bytes"] == data["superseded"][0]["bytes"] == size, data
+    assert not copies.exists() and active.is_dir()
+    rec = json.loads((sglpatch_home / "deployments" / "here" / f"{old}.json").read_text())
+    assert rec["phase"] == "superseded" and rec["backups_pruned"], rec
+    code, out, _ = run_cli(capsys, *h, "prune", "--host", "here")
+    assert code == 0 and "nothing to prune" in out and "superseded" not in out, out
+    assert run_json(capsys, *h, "rollback", "--host", "here")[0] == 0    # the active one is untouched
+
+
 def test_prune_frees_the_backups_of_rolled_back_deployments(capsys, tmp_path, sglpatch_home, local_target):
     from sglang_patcher.inventory import Host
 
