@@ -36,6 +36,37 @@ REPO = Path(__file__).resolve().parent.parent
 L1_REQUIREMENTS = REPO / "sglang_patcher" / "data" / "sglang-0.5.23-cpu-requirements.txt"
 
 
+# pytest-xdist (scripts/test.sh: --dist loadgroup --no-loadscope-reorder): each test file runs on one
+# worker, as a unit; the files that share an expensive session fixture run together on one worker
+# (else each worker would build it again: the live greedy matrix is ~15 min of CPU), and the longest
+# units start first so that the short ones fill the other workers around them.
+_SHARED_SESSION_GROUPS = {"greedy_runs": "live-greedy", "patched_ssh_host": "live-ssh-host"}
+_FIRST = ("live-greedy", "live-ssh-host", "tests/live/", "tests/integration/")
+
+
+def _xdist_group(item: pytest.Item) -> str:
+    names = getattr(item, "fixturenames", ())
+    for fixture, group in _SHARED_SESSION_GROUPS.items():
+        if fixture in names:
+            return group
+    return item.nodeid.split("::", 1)[0]
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark every test with its xdist group (see above) and order the groups, longest first."""
+    groups = {item.nodeid: _xdist_group(item) for item in items}
+
+    def rank(item: pytest.Item) -> int:
+        g = groups[item.nodeid]
+        return next((i for i, first in enumerate(_FIRST) if g.startswith(first)), len(_FIRST))
+
+    items.sort(key=rank)      # stable: the order within a rank is pytest's
+    for item in items:
+        if item.get_closest_marker("xdist_group") is None:
+            item.add_marker(pytest.mark.xdist_group(groups[item.nodeid]))
+
+
 def _in_ci() -> bool:
     return bool(os.environ.get("CI"))
 
