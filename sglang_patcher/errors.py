@@ -72,8 +72,8 @@ class HostKeyError(TransportError):
 
 class IdentityFileError(ConfigError, TransportError):
     """A host's ``identity_file`` cannot serve as its SSH key (missing, unreadable, a directory, or
-    not a private key): bad configuration (exit 2), found when connecting — a TransportError too,
-    for callers that catch connection failures."""
+    not a private key): bad configuration (exit 2), found before any connection is attempted — a
+    TransportError too, for callers that catch connection failures."""
 
 
 class RemoteCommandError(TransportError):

@@ -57,6 +57,11 @@ def _split_hostport(hostname: str) -> tuple[str, int]:
     return hostname, 22
 
 
+# the private key types paramiko reads (DSS where this paramiko still has it), as its client tries them
+_KEY_CLASSES = tuple(c for c in (getattr(paramiko, n, None) for n in ("RSAKey", "DSSKey", "ECDSAKey", "Ed25519Key"))
+                     if c is not None)
+
+
 def _fingerprint(key: paramiko.PKey) -> str:
     import base64
     import hashlib
@@ -135,12 +140,8 @@ class SSHTransport:
             return
         where = self.host.address
         key = self.host.identity_file
-        if key and (os.path.isdir(key) or not os.access(key, os.R_OK)):  # paramiko would try other keys
-            why = ("is a directory, not a key file" if os.path.isdir(key) else
-                   "is not readable by this user" if os.path.exists(key) else "does not exist")
-            raise IdentityFileError(f"{self.name}: identity_file {key} {why}",
-                                    hint=f"fix identity_file of host {self.name} in {self._inventory} (a private key "
-                                         f"file on this machine), or remove it to use your ssh agent")
+        if key:
+            self._check_identity_file(key)   # before any network attempt: a bad file is said at once
         try:
             conn = self._build_connection()
             known_hosts = self._known_hosts_file(conn)
@@ -199,6 +200,36 @@ class SSHTransport:
                         f"hostname/port in {self._inventory} (and any firewall in between)")
             raise TransportError(f"{self.name} ({where}): SSH connection failed ({exc})", hint=hint) from exc
         self._conn = conn
+
+    def _check_identity_file(self, key: str) -> None:
+        """Refuse an ``identity_file`` that cannot serve as this host's key — missing, a directory,
+        unreadable, or no private key paramiko can read (a ``.pub``, any other file) — before
+        connecting: paramiko would try other keys and fail later, or after a connect timeout.
+        A passphrase-protected key passes (paramiko asks ssh-agent for it). Raises
+        :class:`IdentityFileError` (exit 2) naming the file, the host and the inventory."""
+        fix = (f"fix identity_file of host {self.name} in {self._inventory} (a private key file on this "
+               "machine), or remove it to use your ssh agent")
+        if os.path.isdir(key) or not os.access(key, os.R_OK):
+            why = ("is a directory, not a key file" if os.path.isdir(key) else
+                   "is not readable by this user" if os.path.exists(key) else "does not exist")
+            raise IdentityFileError(f"{self.name}: identity_file {key} {why}", hint=fix)
+        errors = []
+        for cls in _KEY_CLASSES:
+            try:
+                cls.from_private_key_file(key)
+                return
+            except paramiko.PasswordRequiredException:
+                return   # encrypted: the key (or ssh-agent holding it) is tried when connecting
+            except (SSHException, ValueError, TypeError, IndexError, UnicodeError) as exc:
+                errors.append(str(exc))
+            except OSError as exc:
+                raise IdentityFileError(f"{self.name}: identity_file {key} cannot be read ({exc.strerror or exc})",
+                                        hint=fix) from exc
+        raise IdentityFileError(
+            f"{self.name}: identity_file {key} is not a private key this client can read "
+            f"({'; '.join(dict.fromkeys(errors)) or 'no key type matched'}); no connection was attempted",
+            hint=f"name the private key (not the .pub beside it) in identity_file of host {self.name} in "
+                 f"{self._inventory}; a passphrase-protected key goes in ssh-agent instead (ssh-add)")
 
     @property
     def _inventory(self) -> str:

@@ -148,6 +148,56 @@ def test_a_missing_identity_file_is_named_before_any_connection(sshd, tmp_path):
     assert ei.value.exit_code == 2
 
 
+@pytest.mark.parametrize("kind", ["the public half", "not a key", "missing", "a directory"])
+def test_a_bad_identity_file_is_refused_before_any_connection_attempt(tmp_path, capsys, kind):
+    """A bad identity_file was named only after connecting (not a key: after the handshake, or
+    after the connect timeout on a host that hangs). Now the CLI exits 2 naming the host, the file
+    and the inventory, and a real listener that would hang (accepts, never sends a banner) sees no
+    connection at all. Control: a passphrase-protected key passes the check (ssh-agent may hold
+    it) and the connection is attempted (a closed port: exit 5)."""
+    import json
+    import socket
+
+    import yaml
+
+    from sglang_patcher.cli import main
+
+    key = tmp_path / "id_test"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
+    (tmp_path / "notes.txt").write_text("not a key\n")
+    bad = {"the public half": f"{key}.pub", "not a key": str(tmp_path / "notes.txt"),
+           "missing": str(tmp_path / "id_typo"), "a directory": str(tmp_path)}[kind]
+    inv = tmp_path / "lab.yaml"
+
+    def run(port: int, identity: str) -> tuple[int, dict]:
+        inv.write_text(yaml.safe_dump({"hosts": {"gpu": {"hostname": "127.0.0.1", "port": port, "user": "u",
+                                                          "python": PY, "identity_file": identity}}}))
+        capsys.readouterr()
+        code = main(["--json", "--hosts", str(inv), "status", "--host", "gpu"])
+        return code, json.loads(capsys.readouterr().out)
+
+    with socket.socket() as hang:
+        hang.bind(("127.0.0.1", 0))
+        hang.listen(1)
+        hang.setblocking(False)
+        t0 = time.monotonic()
+        code, data = run(hang.getsockname()[1], bad)
+        assert code == 2 and data["type"] == "IdentityFileError", data
+        assert data["error"].startswith(f"gpu: identity_file {bad} "), data
+        assert str(inv) in data["hint"], data
+        with pytest.raises(BlockingIOError):
+            hang.accept()                                 # no connection was made
+        assert time.monotonic() - t0 < 15, "waited on the network"
+    if kind == "the public half":
+        enc = tmp_path / "id_enc"
+        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "secret-pass", "-f", str(enc)], check=True)
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            closed = s.getsockname()[1]
+        code, data = run(closed, str(enc))
+        assert code == 5 and "connection refused" in data["error"], data
+
+
 def test_a_key_held_by_ssh_agent_is_used_without_identity_file(sshd, tmp_path, monkeypatch):
     """No identity_file and no key under ~/.ssh: the key comes from a real ssh-agent, as ssh does."""
     import shutil
