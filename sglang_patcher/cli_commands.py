@@ -338,23 +338,27 @@ def bench_cmd(app: AppContext, host_name: str, concurrency: str | None, budgets:
               help="Port into a copy of the patchset at DIR/NAME (the patchset is not touched); "
                    "conflicted files under DIR/conflicts/, the report in DIR.")
 @click.option("--partial", is_flag=True,
-              help="Write the target even when hunks conflict or vanished (they are left out; it says so).")
+              help="Write the target even when hunks conflict or vanished: a PARTIAL target without them "
+                   "(its patchset.yaml comment says so); still exit 4 — finish it by hand "
+                   "(docs/patchsets.md, \"Finishing a port by hand\").")
 @pass_app
 def patchset_port_cmd(app: AppContext, patchset: str, from_version: str, to_version: str, check: bool,
                       out: Path | None, partial: bool) -> None:
     """Carry PATCHSET's series from one SGLang release to another: per hunk strict first, then a
     three-way merge; report each hunk (as is, offset, merged, conflict) and each file that vanished
     or moved. Writes the new target (series, new_files, pins) only when everything carried, or with
-    --partial. Exit 4 naming the hunks that did not carry."""
+    --partial (a PARTIAL target, to finish by hand). Exit 4 naming the hunks that did not carry,
+    --partial included."""
     from .errors import ApplyError
 
     result = service_port.port_patchset(patchset, from_version, to_version, check=check, out=out,
                                    partial=partial, log=app.say)
     said = result.failure()
     where = result.written.get("conflicts_dir")
-    hint = ((f"resolve the conflicted files under {where}" if where else
-             "--out DIR writes the conflicted files (three-way merges with markers) for you to resolve")
-            + ("; --partial writes the target without what did not carry" if not partial and not check else ""))
+    hint = result.finish_steps() or (
+        (f"resolve the conflicted files under {where}" if where else
+         "--out DIR writes the conflicted files (three-way merges with markers) for you to resolve")
+        + ("; --partial writes the target without what did not carry" if not partial and not check else ""))
     if app.as_json:
         data = result.to_json()
         if said:

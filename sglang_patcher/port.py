@@ -207,19 +207,52 @@ class PortResult:
             row[h.status] = row.get(h.status, 0) + 1
         return out
 
+    @property
+    def left_out(self) -> int:
+        """How many changes did not carry: hunks that conflict or vanished, clashing new files."""
+        return len(self.blocking) + len(self.clashes)
+
+    @property
+    def partial_written(self) -> Path | None:
+        """The patchset directory a PARTIAL target was written into (``--partial``), else None."""
+        w = self.written
+        return Path(w["patchset_yaml"]).parent if w.get("partial") and w.get("patchset_yaml") else None
+
     def failure(self) -> str:
-        """One line naming what did not carry (empty when complete)."""
+        """One line naming what did not carry (empty when complete); with a PARTIAL target written,
+        it says so first, with where and how many changes it lacks."""
         parts = [h.name + f" ({h.status})" for h in self.blocking]
         parts += [f"new file {n.dst} ({n.status}: the release has its own file there)" for n in self.clashes]
         if not parts:
             return ""
+        where = self.partial_written
+        if where is not None:
+            return (f"{self.patchset} r{self.revision}: the target {self.to_version} written into "
+                    f"{where / 'patchset.yaml'} is PARTIAL — {len(parts)} change(s) of the port "
+                    f"{self.from_version} -> {self.to_version} did not carry and are left out, so it is not "
+                    f"finished: " + "; ".join(parts))
         return (f"{self.patchset} r{self.revision}: {len(parts)} change(s) of the port {self.from_version} -> "
                 f"{self.to_version} did not carry: " + "; ".join(parts))
+
+    def finish_steps(self) -> str:
+        """What to do with a PARTIAL target (empty when none was written): docs/patchsets.md,
+        "Finishing a port by hand"."""
+        where = self.partial_written
+        if where is None:
+            return ""
+        conflicts = self.written.get("conflicts_dir")
+        return (f"finish it by hand (docs/patchsets.md, \"Finishing a port by hand\"): make each change left out "
+                f"in the series under {where / ('sglang-' + self.to_version)}/"
+                + (f" (the conflicted files under {conflicts} show all three sides)" if conflicts else "")
+                + f", then `sglpatch patchset refresh {where} --sglang {self.to_version}` to re-pin and "
+                  f"`sglpatch diff {where} --sglang {self.to_version}` (exit 0); remove PARTIAL from the "
+                  f"target's comment in patchset.yaml")
 
     def to_json(self) -> dict[str, Any]:
         return {
             "patchset": self.patchset, "revision": self.revision, "from": self.from_version,
             "to": self.to_version, "mode": self.mode, "complete": self.complete,
+            "partial": self.partial_written is not None, "left_out": self.left_out,
             "seconds": round(self.seconds, 3), "tree_seconds": round(self.tree_seconds, 3),
             "counts": self.counts(), "per_file": self.per_file(),
             "files": {p: f.to_json() for p, f in self.files.items()},
@@ -238,7 +271,9 @@ class PortResult:
             f" in {self.seconds:.1f} s (+{self.tree_seconds:.1f} s for the release trees): "
             f"{c['applied']} as is, {c['offset']} at an offset, {c['merged']} merged, "
             f"{c['already_applied']} already in the release, ",
-            (f"{c['conflict']} conflict(s), {c['vanished']} vanished", "bold red" if self.blocking else "green"))
+            (f"{c['conflict']} conflict(s), {c['vanished']} vanished", "bold red" if self.blocking else "green"),
+            (f" — PARTIAL target written: {self.left_out} change(s) left out (below)", "bold yellow")
+            if self.partial_written is not None else "")
         t = Table(show_header=True, box=None, pad_edge=False)
         t.add_column("file", overflow="fold", ratio=1)
         for col in ("as is", "offset", "merged", "upstream", "conflict", "vanished"):
@@ -291,9 +326,14 @@ def _conflict_view(c: Conflict, r: PortResult) -> Text:
 def _written_view(r: PortResult) -> Text:
     w = r.written
     lines = []
-    if w.get("patchset_yaml"):
-        what = "a PARTIAL target (what did not carry is left out)" if w.get("partial") else "the target"
-        lines.append(f"wrote {what} {r.to_version} into {w['patchset_yaml']} (pinned); series: "
+    if r.partial_written is not None:
+        lines.append(f"PARTIAL: wrote the target {r.to_version} into {w['patchset_yaml']} WITHOUT {r.left_out} "
+                     f"change(s) that did not carry ({len(r.blocking)} hunk(s) conflicting or vanished, "
+                     f"{len(r.clashes)} new file(s) clashing): it does not make the patchset's change on sglang "
+                     f"{r.to_version} until finished; series: " + ", ".join(w.get("series", [])))
+        lines.append("next: " + r.finish_steps())
+    elif w.get("patchset_yaml"):
+        lines.append(f"wrote the target {r.to_version} into {w['patchset_yaml']} (pinned); series: "
                      + ", ".join(w.get("series", [])))
     elif w.get("reason"):
         lines.append(f"nothing written into patchset.yaml: {w['reason']}")

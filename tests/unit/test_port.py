@@ -301,15 +301,34 @@ def test_cli_out_ports_into_a_copy_with_the_conflicted_files(tmp_path, home, run
     r = run("patchset", "port", str(root), "--from", OLD, "--to", NEW, "--out", str(out), "--partial")
     assert r.exit_code == 4
     assert "conflict: sglang-1.0/0002-rest.patch: sglang/srt/c.py hunk 1" in r.output
+    # a PARTIAL target is said plainly, with how much it lacks and what to do next, not as a success
+    head = r.output.split(" file as is offset")[0]            # the headline, above the table
+    assert head.endswith("1 conflict(s), 1 vanished — PARTIAL target written: 2 change(s) left out (below)"), head
+    flat = "".join(r.output.split())                         # long paths wrap anywhere
+
+    def said(text: str) -> bool:
+        return "".join(text.split()) in flat
+    assert said(f"PARTIAL: wrote the target {NEW} into {out / 'ddx' / 'patchset.yaml'} WITHOUT 2 change(s)")
+    assert said("next: finish it by hand (docs/patchsets.md, \"Finishing a port by hand\")")
+    assert said(f"`sglpatch patchset refresh {out / 'ddx'} --sglang {NEW}`")
+    assert said(f"error: ddx r2: the target {NEW} written into {out / 'ddx' / 'patchset.yaml'} is PARTIAL — 2 change(s)")
     assert "PARTIAL" not in before and (root / "patchset.yaml").read_text() == before
     copy = load_patchset(out / "ddx")
     assert copy.target(NEW).series[0] == f"sglang-{NEW}/0001-a-b.patch"
     assert (out / "conflicts" / f"sglang-{NEW}" / C).read_bytes() .count(b"<<<<<<< sglang 1.1") == 1
     report = json.loads((out / f"report-sglang-{NEW}.json").read_text())
     assert report["written"]["partial"] is True and report["mode"] == "out"
+    assert report["partial"] is True and report["left_out"] == 2 and report["complete"] is False
     # the copy exists now: a second --out to the same place is refused before any work
     r = run("patchset", "port", str(root), "--from", OLD, "--to", NEW, "--out", str(out))
     assert r.exit_code == 2 and "exists" in r.output
+    r = run("--json", "patchset", "port", str(root), "--from", OLD, "--to", NEW, "--out", str(tmp_path / "j"),
+            "--partial")
+    doc = json.loads(r.stdout)
+    assert r.exit_code == 4 and doc["exit_code"] == 4 and doc["partial"] is True and doc["left_out"] == 2, doc
+    assert "is PARTIAL" in doc["error"] and "Finishing a port by hand" in doc["hint"], doc
+    r = run("patchset", "port", str(root), "--from", OLD, "--to", NEW, "--out", str(tmp_path / "k"))
+    assert r.exit_code == 4 and "PARTIAL" not in r.output and "--partial writes the target" in r.output
 
 
 def test_cli_in_place_writes_the_target_when_everything_carries(tmp_path, home, run):
