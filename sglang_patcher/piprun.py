@@ -1,11 +1,14 @@
 """Run pip (``pip download``, ``pip install``) with its downloads measured for a progress
 :class:`~sglang_patcher.progress.Task`: bytes as they land, the total as pip announces it.
 
-pip writes each download into a temporary directory before it moves or installs it; pip runs with
-``TMPDIR`` set to a directory of ours, which is polled (the largest size each file reached, summed:
-files pip deletes stay counted). pip's ``Downloading NAME (SIZE)`` lines give the total. Its
-output is captured whole, as with ``subprocess.run(capture_output=True, text=True)``, for the
-caller's error messages.
+pip writes each download into a temporary directory (``pip-unpack-*``) before it moves or installs
+it; pip runs with ``TMPDIR`` set to a directory of ours, whose download directories are polled.
+Only those count: pip's HTTP cache buffers the same bytes in a temporary file beside them, which
+counted every download twice. Each download is hard-linked aside on first sight, so that its
+final size is read once pip is done (and has deleted it). pip's ``Downloading NAME (SIZE)`` lines
+give the total while it runs (rounded by pip); at the end the total is the bytes that arrived,
+pip's figure standing in only for a download too quick to be seen. Its output is captured whole,
+as with ``subprocess.run(capture_output=True, text=True)``, for the caller's error messages.
 """
 
 from __future__ import annotations
@@ -26,26 +29,58 @@ _UNIT = {"B": 1, "kB": 1000, "MB": 1000 ** 2, "GB": 1000 ** 3}
 POLL_S = 0.25
 
 
+def announced(output: str) -> dict[str, int]:
+    """{file name: size} of the downloads pip announces in ``Downloading NAME (SIZE)`` lines
+    (metadata files left out; NAME may be a URL: its last part)."""
+    out: dict[str, int] = {}
+    for name, size, unit in _DOWNLOADING.findall(output):
+        if not name.endswith(".metadata"):
+            out[name.rsplit("/", 1)[-1]] = int(float(size) * _UNIT[unit])
+    return out
+
+
 def announced_bytes(output: str) -> int:
     """The sum of the sizes pip announces in ``Downloading NAME (SIZE)`` lines (metadata files
     left out)."""
-    total = 0
-    for name, size, unit in _DOWNLOADING.findall(output):
-        if not name.endswith(".metadata"):
-            total += int(float(size) * _UNIT[unit])
-    return total
+    return sum(announced(output).values())
+
+
+KEEP = "sglpatch-downloads"   # where each download is hard-linked, under our TMPDIR
 
 
 def _scan(root: str, seen: dict[str, int]) -> int:
+    """The bytes of pip's downloads under ``root`` so far, summed: ``seen`` maps each download's
+    file name to the largest size it reached. Only files in pip's download directories
+    (``pip-unpack-*``) count, metadata files left out; each is hard-linked into ``root/KEEP`` on
+    first sight (its final size stays readable after pip deletes it)."""
+    keep = os.path.join(root, KEEP)
     for dirpath, _dirs, files in os.walk(root):
+        if not os.path.basename(dirpath).startswith("pip-unpack-"):
+            continue
         for f in files:
-            p = os.path.join(dirpath, f)
+            if f.endswith(".metadata"):
+                continue
+            kept = os.path.join(keep, f)
+            if not os.path.exists(kept):
+                try:
+                    os.makedirs(keep, exist_ok=True)
+                    os.link(os.path.join(dirpath, f), kept)
+                except OSError:   # gone already, or no hard links here: its size as seen now
+                    kept = os.path.join(dirpath, f)
             try:
-                size = os.lstat(p).st_size
+                size = os.lstat(kept).st_size
             except OSError:
                 continue
-            if size > seen.get(p, 0):
-                seen[p] = size
+            if size > seen.get(f, 0):
+                seen[f] = size
+    if os.path.isdir(keep):   # the kept links: sizes grow as pip writes, and stay after it deletes
+        for f in os.listdir(keep):
+            try:
+                size = os.lstat(os.path.join(keep, f)).st_size
+            except OSError:
+                continue
+            if size > seen.get(f, 0):
+                seen[f] = size
     return sum(seen.values())
 
 
@@ -93,15 +128,19 @@ def run_pip(argv: Sequence[str], *, task: Task, timeout: float | None = None,
                 raise subprocess.TimeoutExpired(list(argv), timeout or 0)
         for t in threads:
             t.join()
+        _scan(tmp, seen)   # the kept downloads at their final sizes
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
         shutil.rmtree(tmp, ignore_errors=True)
-    total = announced_bytes("".join(out))
-    if total > done:   # a download faster than the polling: count what pip said it fetched
-        task.advance(nbytes=total - done)
+    # the bytes that arrived; pip's (rounded) figure only for a download too quick to be seen
+    final = sum(seen.values()) + sum(n for name, n in announced("".join(out)).items() if name not in seen)
+    if final != done:
+        task.advance(nbytes=final - done)
+    if final or task.total_bytes:
+        task.total(nbytes=final)
     return subprocess.CompletedProcess(list(argv), proc.returncode, "".join(out), "".join(err))
 
 
-__all__ = ["run_pip", "announced_bytes"]
+__all__ = ["run_pip", "announced", "announced_bytes"]

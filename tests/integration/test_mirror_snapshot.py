@@ -89,6 +89,37 @@ def test_snapshot_over_ssh_then_incremental(ssh_host, sglang_target, sglpatch_ho
               f" | 2 changed+1 deleted: {inc.round_trips} round trips, {inc.seconds:.2f} s")
 
 
+def test_the_progress_of_a_snapshot_counts_each_file_sent_once(ssh_host, sglang_target, sglpatch_home):
+    """The bytes a snapshot reports (its meter's total and what it advanced) are the sizes of the
+    files that travelled, each once: the first snapshot's the whole install's, an incremental one's
+    the changed files' — over real SSH, the tar stream gzipped as for a remote host."""
+    from sglang_patcher.progress import Meter
+
+    tasks = []
+
+    class Recording(Meter):          # a meter that shows nothing and keeps each finished task
+        def _close(self, task, failed):
+            tasks.append(task)
+
+    with connect(ssh_host) as t:
+        info = discover(t, ssh_host)
+        full = snapshot(t, ssh_host, info, compress=True, meter=Recording())
+        sizes = {str(f.relative_to(full.mirror.tree)): f.stat().st_size
+                 for f in full.mirror.tree.rglob("*") if f.is_file()}
+        (task,) = tasks
+        assert task.total_bytes == task.nbytes == sum(sizes.values()) == full.bytes_fetched, \
+            (task.total_bytes, task.nbytes, sum(sizes.values()))
+        assert task.total_files == task.files == len(sizes)
+        changed = sglang_target.package_dir / "srt" / "speculative" / "spec_info.py"
+        changed.write_text(changed.read_text() + "\n# local edit\n")
+        tasks.clear()
+        inc = snapshot(t, ssh_host, info, compress=True, meter=Recording())
+        (task,) = tasks
+        assert inc.fetched == ["sglang/srt/speculative/spec_info.py"]
+        assert task.total_bytes == task.nbytes == changed.stat().st_size == inc.bytes_fetched
+        assert task.total_files == task.files == 1
+
+
 def test_snapshot_local_and_reopen(local_host, local_target, tmp_path):
     t = connect(local_host)
     info = discover(t, local_host)

@@ -104,18 +104,82 @@ def test_pip_downloads_are_measured_by_what_pip_announces_and_writes(tmp_path):
     assert announced_bytes("  Downloading sglang-0.5.23-py3-none-any.whl.metadata (3.1 kB)\n"
                            "  Downloading sglang-0.5.23-py3-none-any.whl (3.9 MB)\n"
                            "Downloading https://x/torch-2.4.0-cp311-none.whl (190.2 MB)\n") == 194_100_000
-    # a stand-in for pip: announces a download, writes it under TMPDIR in pieces, exits 0
+    # a stand-in for pip's file handling (a real pip run: the test below): announces a download,
+    # writes it into a pip-unpack-* directory under TMPDIR in pieces while its HTTP cache buffers the
+    # same bytes in a temp file beside it (counted too, that doubled every figure), deletes both, exits 0
     fake = tmp_path / "fakepip.py"
     fake.write_text("import os, time, tempfile\n"
                     "print('  Downloading pkg-1.0-py3-none-any.whl (3.0 MB)', flush=True)\n"
-                    "p = os.path.join(tempfile.gettempdir(), 'pkg.whl')\n"
-                    "with open(p, 'wb') as f:\n"
+                    "d = tempfile.mkdtemp(prefix='pip-unpack-')\n"
+                    "p = os.path.join(d, 'pkg-1.0-py3-none-any.whl')\n"
+                    "c = os.path.join(tempfile.gettempdir(), 'tmpcachebuffer')\n"
+                    "with open(p, 'wb') as f, open(c, 'wb') as g:\n"
                     "    for _ in range(3):\n"
-                    "        f.write(b'x' * 1_000_000); f.flush(); time.sleep(0.3)\n"
-                    "os.unlink(p)\n")
+                    "        f.write(b'x' * 1_000_001); f.flush(); g.write(b'x' * 1_000_001); g.flush()\n"
+                    "        time.sleep(0.3)\n"
+                    "os.unlink(p); os.unlink(c)\n")
     task = Task("download pkg", None, None)
     proc = run_pip([sys.executable, str(fake)], task=task)
     assert proc.returncode == 0 and "Downloading pkg" in proc.stdout
-    assert task.total_bytes == 3_000_000 and task.nbytes == 3_000_000
+    assert task.total_bytes == 3_000_003 and task.nbytes == 3_000_003   # the bytes written, not pip's 3.0 MB
+    # too quick to be seen (written and deleted between two polls): pip's figure stands in
+    quick = tmp_path / "quickpip.py"
+    quick.write_text("print('  Downloading pkg-1.0-py3-none-any.whl (2.0 MB)', flush=True)\n")
+    task = Task("download pkg", None, None)
+    assert run_pip([sys.executable, str(quick)], task=task).returncode == 0
+    assert task.total_bytes == task.nbytes == 2_000_000
     with pytest.raises(subprocess.TimeoutExpired):
         run_pip([sys.executable, "-c", "import time; time.sleep(30)"], task=Task("x", None, None), timeout=0.5)
+
+
+def test_a_real_pip_install_reports_the_bytes_of_the_wheel_it_fetched(tmp_path):
+    """Progress figures were ~2x the download: pip's HTTP cache buffers each download in a temp file
+    beside pip's own copy, and both were counted. A real pip installs a real wheel fetched from a local
+    HTTP server that sends it slowly (so the download is seen while it runs); the reported total and
+    the bytes advanced both equal the wheel's size (not pip's rounded figure)."""
+    import functools
+    import http.server
+    import os
+    import time
+    import zipfile
+
+    served = tmp_path / "served"
+    served.mkdir()
+    wheel = served / "sglpatchdemo-1.0-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w", zipfile.ZIP_STORED) as z:
+        z.writestr("sglpatchdemo/__init__.py", "")
+        z.writestr("sglpatchdemo/blob.bin", os.urandom(3_000_000))
+        z.writestr("sglpatchdemo-1.0.dist-info/METADATA", "Metadata-Version: 2.1\nName: sglpatchdemo\nVersion: 1.0\n")
+        z.writestr("sglpatchdemo-1.0.dist-info/WHEEL", "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\n"
+                                                          "Tag: py3-none-any\n")
+        z.writestr("sglpatchdemo-1.0.dist-info/RECORD", "")
+
+    class Slow(http.server.SimpleHTTPRequestHandler):
+        def end_headers(self):                         # as PyPI serves files: pip's cache keeps them
+            self.send_header("Cache-Control", "max-age=365000000, immutable, public")
+            super().end_headers()
+
+        def copyfile(self, source, outputfile):        # ~1.5 s for the wheel: several polls see it
+            while block := source.read(64 << 10):
+                outputfile.write(block)
+                time.sleep(0.03)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(Slow, directory=str(served)))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        dest = tmp_path / "dest"
+        env = {**os.environ, "PIP_CACHE_DIR": str(tmp_path / "pip-cache"), "PIP_CONFIG_FILE": os.devnull}
+        task = Task("download sglpatchdemo", None, None)
+        proc = run_pip([sys.executable, "-m", "pip", "install", "--no-deps", "--no-index", "--disable-pip-version-check",
+                        "--find-links", f"http://127.0.0.1:{server.server_address[1]}/", "--target", str(dest),
+                        "sglpatchdemo==1.0"], task=task, env=env, timeout=120)
+    finally:
+        server.shutdown()
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert re.search(r"Downloading \S*sglpatchdemo-1.0-py3-none-any.whl \(", proc.stdout), proc.stdout
+    size = wheel.stat().st_size
+    assert (dest / "sglpatchdemo" / "blob.bin").stat().st_size == 3_000_000    # installed
+    assert task.total_bytes == size and task.nbytes == size, (task.total_bytes, task.nbytes, size)
