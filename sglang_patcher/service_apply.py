@@ -12,6 +12,7 @@ from .inventory import Host
 from .patchset import load_patchset
 from .progress import SILENT, Meter
 from .serve.gate import Gate
+from .serve.server import check_model_paths
 from .service import Log, quiet, session, step_progress
 from .service_bench import bench_host
 from .service_check import check_host
@@ -36,6 +37,8 @@ def apply_patchset(name: str, host: Host, *, dry_run: bool = False, force: bool 
     for gate in gates:      # a gate the host cannot run is refused before anything is written
         _gate_possible(host, gate)
     with session(host) as (transport, info):
+        if any(_gate_starts_servers(g) for g in gates) and host.serve is not None:
+            check_model_paths(transport, host, host.serve)   # a gate that cannot start: said before the push
         version = str(info.sglang_version)
         ps.target(version)
         log(f"{host.name}: sglang {version} at {info.package_dir}")
@@ -73,6 +76,10 @@ def apply_patchset(name: str, host: Host, *, dry_run: bool = False, force: bool 
                                f"revision (nothing was deployed now, so nothing was rolled back)\n{failure}",
                                hint=f"`sglpatch rollback --host {host.name}` takes the revision off")
     return result
+
+
+def _gate_starts_servers(gate: Gate) -> bool:
+    return gate.kind == "bench" or (gate.kind == "check" and (gate.level is None or gate.level >= 2))
 
 
 def _gate_possible(host: Host, gate: Gate) -> None:

@@ -11,6 +11,7 @@ from .errors import ConfigError
 from .inventory import Host
 from .serve.bench import Arm as BenchArm, BenchRun, last_comparable, plot, run_bench, store
 from .serve.check import load_prompts
+from .serve.server import check_model_paths
 from .service import Log, quiet, session
 from .service_sweep import write_sweep
 
@@ -33,7 +34,8 @@ def bench_host(host: Host, *, arms: Sequence[str] = ("none", "DFLASH", "DDTREE")
     ``inventory_path`` (comments kept) — when the profile serves without CUDA graphs, which this
     patchset revision needs for several widths; otherwise the schedule is only shown.
 
-    Raises ConfigError (no serve profile, no draft model for a speculative arm), ServerError
+    Raises ConfigError (no serve profile, no draft model for a speculative arm, a model path
+    missing on the host — said before any server starts), ServerError
     (exit 9: a server did not start, or failed or died during the run), TransportError.
     """
     profile = host.serve
@@ -54,6 +56,7 @@ def bench_host(host: Host, *, arms: Sequence[str] = ("none", "DFLASH", "DDTREE")
         arm_list += [BenchArm("DDTREE", b, profile.ddtree.topk) for b in bud]
     texts = load_prompts(prompts)
     with session(host) as (transport, info):
+        check_model_paths(transport, host, profile, draft=any(a != "none" for a in arms))
         active = deploy.host_status(transport, host, info, None).active
         ps = (str(active[-1]["patchset"]), int(active[-1]["revision"])) if active else None
         run = run_bench(transport, host, info, arm_list, conc, texts,

@@ -12,7 +12,7 @@ from .errors import ConfigError
 from .inventory import Host
 from .patchset import load_patchset
 from .serve.check import CheckRun, load_prompts, run_serving_levels
-from .serve.server import list_servers, stop_server
+from .serve.server import check_model_paths, list_servers, stop_server
 from .service import Log, quiet, session
 
 __all__ = ["check_host"]
@@ -25,8 +25,8 @@ def check_host(host: Host, *, level: int | None = None, prompts: str | Path | No
     DFLASH and DDTREE equal the target alone's).
 
     ``level`` defaults to the highest the host's profile allows (3 with a draft model, 2 with a
-    model, else 1). Raises ConfigError (a level the profile cannot run, a bad prompts file),
-    TransportError; a failed check is a result (``CheckRun.passed``), not an exception.
+    model, else 1). Raises ConfigError (a level the profile cannot run, a bad prompts file, a
+    profile's model path missing on the host), TransportError; a failed check is a result (``CheckRun.passed``), not an exception.
     """
     most = host.serve.max_level() if host.serve is not None else 1
     level = most if level is None else level
@@ -45,6 +45,8 @@ def check_host(host: Host, *, level: int | None = None, prompts: str | Path | No
                     log(f"{host.name}: stopped the leftover server {srv['name']} (pid {srv['pid']}, "
                         f"port {srv.get('port')})")
         active = deploy.host_status(transport, host, info, None).active
+        if level >= 2 and active and host.serve is not None:   # a missing model is said before any check runs
+            check_model_paths(transport, host, host.serve)
         if active:
             last = active[-1]
             ps = load_patchset(f"{last['patchset']}@{last['revision']}")

@@ -27,6 +27,10 @@ Ops:
       an argument is the login user's home) to completion or the timeout, returns its output tail
       and the text of ``read`` (its result file).
   has_module {name} -> {found}: whether the host's interpreter can import ``name`` (not imported)
+  paths {paths: [path]} -> {paths: {path: {exists, readable, dir, expanded, expanded_exists, parent,
+      entries}}}: what the login user finds at each path (``~`` not expanded, as a server's argv is
+      not; ``expanded`` the path with it expanded), and where a path is missing its nearest existing
+      parent and a few of that directory's entries (``more``: how many are not listed)
   stop {name, servers_dir, grace_s} -> {stopped, signal, was_running}
   list {servers_dir} -> {servers: [{name, pid, port, started, alive, log}]}
   log_tail {name, servers_dir, bytes} -> {text}
@@ -350,6 +354,30 @@ def op_has_module(a):
     answer({"found": found})
 
 
+def op_paths(a):
+    out = {}
+    for path in a.get("paths", []):
+        exists = os.path.exists(path)
+        info = {"exists": exists, "readable": exists and os.access(path, os.R_OK | (os.X_OK if os.path.isdir(path) else 0)),
+                "dir": os.path.isdir(path)}
+        expanded = os.path.expanduser(path)
+        if expanded != path:
+            info["expanded"] = expanded
+            info["expanded_exists"] = os.path.exists(expanded)
+        if not exists:
+            parent = os.path.dirname(os.path.abspath(expanded).rstrip("/")) or "/"
+            while parent != "/" and not os.path.isdir(parent):
+                parent = os.path.dirname(parent)
+            info["parent"] = parent
+            try:
+                names = sorted(os.listdir(parent))
+                info["entries"], info["more"] = names[:12], max(len(names) - 12, 0)
+            except OSError:
+                info["entries"] = None
+        out[path] = info
+    answer({"paths": out})
+
+
 def op_stop(a):
     d, name = _sdir(a), a["name"]
     path = _record_path(d, name)
@@ -399,7 +427,7 @@ def op_log_tail(a):
 
 OPS = {"start": op_start, "poll": op_poll, "generate": op_generate, "bench": op_bench,
        "server_info": op_server_info, "stop": op_stop, "list": op_list, "log_tail": op_log_tail,
-       "run_client": op_run_client, "has_module": op_has_module}
+       "run_client": op_run_client, "has_module": op_has_module, "paths": op_paths}
 
 
 def main(argv):

@@ -68,6 +68,41 @@ def launch_argv(host: Host, profile: ServeProfile, algorithm: str, port: int,
     return argv
 
 
+def check_model_paths(transport: Transport, host: Host, profile: ServeProfile, *, draft: bool = True) -> None:
+    """Before any server starts: ``serve.model`` (and ``serve.draft_model`` when ``draft``) that
+    are paths on the host — absolute, or starting with ``~`` — exist there and the login user can
+    read them (one round trip). Other values (a Hugging Face id such as ``Qwen/Qwen3-8B``) are
+    SGLang's to resolve. Raises :class:`ConfigError` (exit 2) whose first line names the host, the
+    profile key and the path, with the nearest directory that does exist and what it holds."""
+    keys = [("model", profile.model)] + ([("draft_model", profile.draft_model)] if draft and profile.draft_model else [])
+    keys = [(k, v) for k, v in keys if v.startswith(("/", "~"))]
+    if not keys:
+        return
+    ans = call_json(transport, host.python, SCRIPT, "paths", {"paths": [v for _k, v in keys]}, timeout=60)
+    found = ans.get("paths", {})
+    where = getattr(host, "inventory_file", "hosts.yaml")
+    for key, path in keys:
+        f = found.get(path) or {}
+        if f.get("exists") and f.get("readable"):
+            continue
+        if f.get("exists"):
+            raise ConfigError(f"{host.name}: serve.{key} {path} cannot be read by the login user on {host.name}",
+                              hint=f"give that user read access to it on {host.name}, or point serve.{key} of "
+                                   f"{host.name} in {where} at a copy it can read")
+        if f.get("expanded_exists"):
+            raise ConfigError(f"{host.name}: serve.{key} {path} is not a path the server can open on {host.name}: "
+                              "it is started without a shell, so ~ is not expanded",
+                              hint=f"write the absolute path: serve.{key}: {f['expanded']} for {host.name} in {where}")
+        entries = f.get("entries")
+        near = (f"; the nearest directory there, {f['parent']}, holds: "
+                + (", ".join(entries) + (f" and {f['more']} more" if f.get("more") else "") if entries else "nothing")
+                if f.get("parent") and entries is not None else "")
+        raise ConfigError(f"{host.name}: serve.{key} {path} does not exist on {host.name} (paths in the serve "
+                          f"profile are on the host){near}",
+                          hint=f"fix serve.{key} of host {host.name} in {where} (the {'DFlash draft ' if key == 'draft_model' else ''}"
+                               f"model's directory on {host.name}), or copy the model there; nothing was started")
+
+
 @dataclass
 class RemoteServer:
     """One server start on a host (see the module docstring). Use as a context manager."""

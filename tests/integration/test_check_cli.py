@@ -55,7 +55,9 @@ def test_a_gate_whose_server_cannot_start_rolls_the_deployment_back(capsys, tmp_
                                                                     local_target, gate, shown):
     """This venv has sglang without its dependencies: a server cannot start there, so each gate
     fails (the bench gate by an error, not a result) and the new deployment is rolled back."""
-    serve = {"model": "/nonexistent/model", "draft_model": "/nonexistent/draft", "start_timeout": 60}
+    (tmp_path / "model").mkdir()
+    (tmp_path / "draft").mkdir()      # they exist (else the gate is refused before the push)
+    serve = {"model": str(tmp_path / "model"), "draft_model": str(tmp_path / "draft"), "start_timeout": 60}
     h = _hosts(tmp_path, local_target, serve=serve)
     code, data, err = run_json(capsys, *h, "apply", "ddtree", "--host", "here", "--yes", "--gate", gate)
     assert code == 9, (data, err)
@@ -71,3 +73,42 @@ def test_check_serving_levels_need_a_deployment(capsys, tmp_path, sglpatch_home,
     assert code == 0, err
     (l2,) = [c for c in data["checks"] if c["level"] == "L2"]
     assert l2["status"] == "skipped" and "nothing is deployed" in l2["detail"], l2
+
+
+def test_a_model_path_missing_on_the_host_is_the_first_line_of_the_error_before_any_server(
+        capsys, tmp_path, sglpatch_home, local_target):
+    """A wrong model path in the serve profile: the server's traceback came back folded into the
+    check table's detail column under "1 check(s) failed". Now check, bench and a gate first look
+    at the profile's paths on the host: exit 2, the first line names the host, the key and the
+    path (and what the nearest directory holds), the hint says what to fix where; no server is
+    started, and a gate refuses before the push."""
+    from tests.integration.test_cli import run_cli
+
+    models = tmp_path / "models"
+    (models / "Qwen3-8B").mkdir(parents=True)
+    missing = models / "Qwen3-8B-typo"
+    h = _hosts(tmp_path, local_target, serve={"model": str(missing), "draft_model": str(models / "Qwen3-8B"),
+                                              "start_timeout": 60})
+    servers = local_target.site_packages / ".sglpatch" / "servers"
+    code, data, err = run_json(capsys, *h, "apply", "ddtree", "--host", "here", "--yes", "--gate", "check:2")
+    assert code == 2 and data["error"].startswith(f"here: serve.model {missing} does not exist on here"), data
+    assert run_json(capsys, *h, "status", "--host", "here")[1]["overall"] == "pristine"   # nothing pushed
+    assert run_json(capsys, *h, "apply", "ddtree", "--host", "here", "--yes")[0] == 0
+    code, out, err = run_cli(capsys, *h, "check", "--host", "here", "--level", "2")
+    first = err.strip().splitlines()[0]
+    assert code == 2 and first.startswith(f"error: here: serve.model {missing} does not exist on here"), err
+    said = " ".join(err.split())
+    assert f"the nearest directory there, {models}, holds: Qwen3-8B" in said, said
+    assert "fix serve.model of host here in" in said and str(tmp_path / "hosts.yaml") in said, said
+    assert not servers.exists() or not any(servers.iterdir()), "a server was started"
+    code, data, _ = run_json(capsys, *h, "bench", "--host", "here")
+    assert code == 2 and data["error"].startswith(f"here: serve.model {missing} does not exist"), data
+    # the draft model is checked too, and a Hugging Face id is left to SGLang
+    h = _hosts(tmp_path, local_target, serve={"model": str(models / "Qwen3-8B"), "draft_model": "~/no-such-draft"})
+    code, data, _ = run_json(capsys, *h, "check", "--host", "here", "--level", "3")
+    assert code == 2 and data["error"].startswith("here: serve.draft_model ~/no-such-draft does not exist"), data
+    assert "DFlash draft model's directory" in data["hint"], data
+    h = _hosts(tmp_path, local_target, serve={"model": "Qwen/Qwen3-8B", "start_timeout": 5})
+    code, data, _ = run_json(capsys, *h, "bench", "--host", "here", "--arms", "none", "--concurrency", "1",
+                             "--requests", "1")
+    assert code == 9 and "serve.model" not in data["error"], data     # SGLang's to resolve: its server ran
