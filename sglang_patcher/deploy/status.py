@@ -100,6 +100,10 @@ def host_status(transport: Transport, host: Host, info: HostInfo, patchset: Patc
         if live is None and live == pristine_of.get(p) and p in deleted_by:
             d = deleted_by[p]
             fs.state, fs.patchset, fs.revision = "patched", d.get("patchset"), d.get("revision")
+            if p in retired and host_rev is not None:
+                # retired by an earlier revision (r4 deleted r3's module) and still wanted absent by
+                # the revision the host carries now: that revision's state, not the one that deleted it
+                fs.revision = host_rev
         elif live == pristine_of.get(p):
             fs.state = "pristine" if live is not None else "absent"
         else:

@@ -166,3 +166,18 @@ def test_cli_r4_then_r5_pushes_the_adapted_modules_only_then_rollback(capsys, tm
     code, _, err = run_json(capsys, *h, "rollback", "--host", "here")
     assert code == 0, err
     assert {p: live_hash(site, p) for p in e4} == r4
+
+
+def test_cli_r3_then_r4_then_r5_reads_patched(capsys, tmp_path, sglpatch_home, local_target):
+    """A host that went r3 -> r4 -> r5 (each an upgrade; the r4 deployment deleted r3's kernel
+    module) is patched at r5 by its hashes: the retired module, absent as r5 wants it, is credited
+    to the revision the host carries, not to the r4 deployment that deleted it (it read 'mixed')."""
+    h = _hosts(tmp_path, local_target)
+    for name in ("ddtree@3", "ddtree@4", "ddtree"):
+        code, _, err = run_json(capsys, *h, "apply", name, "--host", "here", "--yes")
+        assert code == 0, (name, err)
+    code, data, err = run_json(capsys, *h, "status", "--host", "here", "--patchset", "ddtree",
+                               "--expect", "patched")
+    assert code == 0 and data["overall"] == "patched", data
+    assert {(f["state"], f["revision"]) for f in data["files"]} == {("patched", CURRENT)}, data["files"]
+    assert data["retired"] == [KERNELS_R3]
