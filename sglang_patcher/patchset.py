@@ -96,9 +96,19 @@ def _check_rel(path: str, what: str) -> str:
     return path
 
 
+def _check_site_path(path: str, what: str) -> str:
+    """A site-packages path a patchset may touch: inside the ``sglang`` package (not another
+    package, a top-level module or a ``.pth`` file, which would run at every interpreter start)."""
+    _check_rel(path, what)
+    if PurePosixPath(path).parts[0] != "sglang" or path.rstrip("/") == "sglang":
+        raise ValueError(f"{what} {path!r} is outside the sglang package: a patchset may only change "
+                         "or add files under sglang/ (site-packages-relative)")
+    return path
+
+
 def _check_hashes(value: dict[str, str | None]) -> dict[str, str | None]:
     for path, sha in value.items():
-        _check_rel(path, "path")
+        _check_site_path(path, "path")
         if sha is not None and not _SHA.match(sha):
             raise ValueError(f"{path}: {sha!r} is not a lowercase hex sha256 (64 characters) or null")
     return value
@@ -139,7 +149,7 @@ class Target(_Model):
     @classmethod
     def _new_files(cls, v: dict[str, str]) -> dict[str, str]:
         for dst, src in v.items():
-            _check_rel(dst, "new file")
+            _check_site_path(dst, "new file")
             _check_rel(src, "new file source")
         return v
 

@@ -154,6 +154,20 @@ def test_series_path_escaping_the_patchset_is_refused(tmp_path):
         load_patchset(root)
 
 
+@pytest.mark.parametrize("path", ["evil.py", "sitecustomize_hook.pth", "torch/__init__.py", "sglang"])
+def test_a_path_outside_the_sglang_package_is_refused(tmp_path, path):
+    """A patchset touches SGLang only: no other package, top-level module or .pth (run at every
+    interpreter start) — in the hash maps or as a new file — found by a new user's damaged copy."""
+    root = make_patchset(tmp_path)
+    text = (root / "patchset.yaml").read_text()
+    (root / "patchset.yaml").write_text(text.replace(f"    {NEW}: modules/ddtree_x.py", f"    {path}: modules/ddtree_x.py"))
+    with pytest.raises(ConfigError, match="outside the sglang package"):
+        load_patchset(root)
+    (root / "patchset.yaml").write_text(text.replace(f"    {NEW}: ", f"    {path}: ", 1))
+    with pytest.raises(ConfigError, match="outside the sglang package"):
+        load_patchset(root)
+
+
 def test_name_must_match_directory(tmp_path):
     root = make_patchset(tmp_path, "demo")
     shutil.move(root, tmp_path / "renamed")
