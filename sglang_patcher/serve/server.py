@@ -12,10 +12,13 @@ refuses while one runs and names it; ``stop_leftovers`` stops them.
 from __future__ import annotations
 
 import json
+import re
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+from rich.text import Text
 
 from ..discovery import HostInfo
 from ..errors import CheckFailedError, ConfigError
@@ -25,14 +28,36 @@ from ..transport.base import Transport
 from .profile import DDTreeSettings, ServeProfile
 
 SCRIPT = "server_agent"
-Progress = Callable[[str], None]
+LOADING_EVERY_S = 30   # while a server loads: its newest line when it changes, else this often
+# told each step of a server's life: a line of text, or a rich Text for the server's own output
+# (never read as markup: SGLang's lines hold brackets such as "[rank0]:" or "[/...]")
+Progress = Callable[[Any], None]
+
+# terminal escape sequences in a server's output: CSI (colours, cursor moves), OSC (titles,
+# links), and the two-byte ones
+_ANSI = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)?|[@-Z\\-_])")
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
+
+
+def readable_lines(text: str) -> list[str]:
+    """The lines of a server's log as a person reads them: escape sequences (colours, cursor
+    moves) removed, a line a progress bar rewrote in place with ``\\r`` shown as its last state,
+    other control characters dropped, blank lines left out; each line whole."""
+    out = []
+    for raw in _ANSI.sub("", text).split("\n"):
+        states = [part for part in raw.split("\r") if part.strip()]
+        if states:
+            line = _CONTROL.sub("", states[-1]).rstrip()
+            if line.strip():
+                out.append(line)
+    return out
 
 
 class ServerError(CheckFailedError):
     """The server did not start, died, or did not answer; carries its log tail."""
 
     def __init__(self, message: str, *, log_tail: str = "", hint: str | None = None):
-        tail = "\n".join(log_tail.strip().splitlines()[-25:])
+        tail = "\n".join(readable_lines(log_tail)[-25:])
         super().__init__(message + ("\n  server log (last lines):\n    " + tail.replace("\n", "\n    ")
                                     if tail else ""), hint=hint)
         self.log_tail = log_tail
@@ -179,6 +204,7 @@ class RemoteServer:
         limit = self.profile.start_timeout if timeout is None else timeout
         t0 = time.monotonic()
         last_line = ""
+        said_at = -LOADING_EVERY_S
         while True:
             ans = self._call("poll", {"name": self.name, "servers_dir": self._dir, "timeout_s": 2,
                                       "tail_bytes": 3000})
@@ -196,10 +222,11 @@ class RemoteServer:
                 raise ServerError(f"{self.host.name}: the server ({self.name}) did not answer "
                                   f"/health within {limit:.0f} s", log_tail=tail,
                                   hint="raise serve.start_timeout if it is still loading")
-            lines = [ln for ln in tail.strip().splitlines() if ln.strip()]
-            if lines and lines[-1] != last_line:
-                last_line = lines[-1]
-            self._say(f"{self.name}: loading ({waited:.0f} s) {last_line[-100:]}")
+            lines = readable_lines(tail)
+            if (lines and lines[-1] != last_line) or waited - said_at >= LOADING_EVERY_S:
+                last_line = lines[-1] if lines else last_line   # the server's newest line, whole
+                said_at = waited
+                self._say(Text.assemble(f"{self.name}: loading ({waited:.0f} s) ", (last_line, "dim")))
             time.sleep(2)
 
     def stop(self) -> None:

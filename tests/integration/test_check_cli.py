@@ -112,3 +112,77 @@ def test_a_model_path_missing_on_the_host_is_the_first_line_of_the_error_before_
     code, data, _ = run_json(capsys, *h, "bench", "--host", "here", "--arms", "none", "--concurrency", "1",
                              "--requests", "1")
     assert code == 9 and "serve.model" not in data["error"], data     # SGLang's to resolve: its server ran
+
+
+STAND_IN_SERVER = r"""
+import http.server, sys, time
+port = int(sys.argv[1])
+print("\x1b[32m[2026-12-02 10:00:00 TP0] INFO\x1b[0m Load weight begin. avail mem=" + "7.5 GB " * 30
+      + "[/dim] [rank0]: the end of a long line", flush=True)
+time.sleep(4)                  # sglpatch polls every ~2 s: each stage is seen
+for pct in (10, 50, 100):      # a progress bar rewritten in place, as tqdm draws it
+    sys.stdout.write("\rLoading safetensors checkpoint shards: %3d%% Completed | %d/10" % (pct, pct // 10))
+    sys.stdout.flush()
+    time.sleep(2.5)
+print("\n\x1b[1m\x1b[33mThe server is fired up and ready to roll!\x1b[0m", flush=True)
+time.sleep(3)
+
+class Health(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200)
+        self.end_headers()
+        self.wfile.write(b"ok")
+
+    def log_message(self, *args):
+        pass
+
+http.server.HTTPServer(("127.0.0.1", port), Health).serve_forever()
+"""
+
+
+def test_a_loading_servers_lines_are_shown_whole_and_without_escape_codes_stand_in_server(tmp_path, local_host):
+    """While check/bench wait for a server, its newest log line was shown cut to its last 100
+    characters and with the terminal escape codes SGLang colours its logs with (and a line holding
+    "[/dim]" broke the console's markup). A real process in SGLang's place (a stand-in: the venv
+    here cannot run SGLang's server) writes a coloured 260-character line and a tqdm bar rewritten
+    with \\r, then answers /health: each line is said whole, without escapes, the bar as its last
+    state, and a console 80 columns wide wraps them instead of cropping."""
+    import io
+    import re
+    import socket
+
+    from rich.console import Console
+
+    from sglang_patcher.discovery import discover
+    from sglang_patcher.serve.profile import ServeProfile
+    from sglang_patcher.serve.server import RemoteServer
+    from sglang_patcher.transport import connect
+
+    script = tmp_path / "stand_in_server.py"
+    script.write_text(STAND_IN_SERVER)
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    said: list = []
+    with connect(local_host) as t:
+        info = discover(t, local_host)
+        profile = ServeProfile(model="/m", port=port, start_timeout=60)
+        with RemoteServer(t, local_host, info, profile, "stand-in", lambda p: [local_host.python, str(script), str(p)],
+                          said.append) as server:
+            server.wait_ready()
+    text = [str(x) for x in said]
+    assert not any("\x1b" in x for x in text), text
+    long = next(x for x in text if "Load weight begin" in x)
+    assert long.endswith("[2026-12-02 10:00:00 TP0] INFO Load weight begin. avail mem=" + "7.5 GB " * 30
+                         + "[/dim] [rank0]: the end of a long line"), long
+    bars = [x.split(") ", 1)[1] for x in text if "Loading safetensors" in x]
+    assert bars and all(re.fullmatch(r"Loading safetensors checkpoint shards: +\d+% Completed \| \d+/10", b)
+                        for b in bars), bars        # one state of the bar each time, not its states run together
+    assert any(x.endswith(") The server is fired up and ready to roll!") for x in text), text
+    out = io.StringIO()
+    console = Console(file=out, width=80, color_system=None)
+    for x in said:
+        console.print(x)
+    shown = out.getvalue()
+    assert max(len(line) for line in shown.splitlines()) <= 80
+    assert "[/dim] [rank0]: the end of a long line" in " ".join(shown.split()), shown    # wrapped, not cut
