@@ -54,11 +54,15 @@ def check_host(host: Host, *, level: int | None = None, prompts: str | Path | No
             report = run_checks(transport, host, info, ps.touched_paths(str(info.sglang_version)), ps,
                                 levels=("L0",) if level == 0 else ("L0", "L1"))
         else:
+            # nothing to check is a failed check (a CI job's `check` after a forgotten apply must not
+            # pass); only a run that came to stop leftover servers leaves it at skipped
+            missing = "skipped" if stop_leftovers else "failed"
             report = CheckReport(host=host.name)
-            report.checks.append(CheckResult("L0", "patched files compile", "skipped",
-                                             "no active sglpatch deployment on this host"))
+            report.checks.append(CheckResult("L0", "patched files compile", missing,
+                                             "no active sglpatch deployment on this host: nothing to "
+                                             "check (apply a patchset first)"))
         if level >= 2 and not active:
-            report.checks.append(CheckResult("L2", "server start", "skipped",
+            report.checks.append(CheckResult("L2", "server start", missing,
                                              "nothing is deployed on this host: a server started now "
                                              "would test the release as it is (apply a patchset first)"))
             return CheckRun(report, level)

@@ -19,11 +19,16 @@ def _hosts(tmp_path, local_target, **extra):
 
 def test_check_without_a_deployment_or_profile(capsys, tmp_path, sglpatch_home, local_target):
     h = _hosts(tmp_path, local_target)
+    # nothing deployed: nothing to check is a failed check (exit 9), never a pass (new user's run)
     code, data, err = run_json(capsys, *h, "check", "--host", "here")
-    assert code == 0, err
-    assert data["level"] == 1 and data["passed"], data
-    assert [(c["level"], c["status"]) for c in data["checks"]] == [("L0", "skipped")]
+    assert code == 9, err
+    assert data["level"] == 1 and not data["passed"] and data["ok"] is False, data
+    assert [(c["level"], c["status"]) for c in data["checks"]] == [("L0", "failed")]
     assert "no active sglpatch deployment" in data["checks"][0]["detail"]
+    assert "apply a patchset first" in data["checks"][0]["detail"]
+    # ...except for a run that only came to stop leftover servers
+    code, data, err = run_json(capsys, *h, "check", "--host", "here", "--stop-leftovers")
+    assert code == 0 and [(c["level"], c["status"]) for c in data["checks"]] == [("L0", "skipped")], data
     assert any("server starts" in line for line in data["not_proven"]), data["not_proven"]
     code, data, err = run_json(capsys, *h, "check", "--host", "here", "--level", "2")
     assert code == 2 and "no serve profile" in data["error"] and "serve:" in data["hint"], data
@@ -70,9 +75,9 @@ def test_a_gate_whose_server_cannot_start_rolls_the_deployment_back(capsys, tmp_
 def test_check_serving_levels_need_a_deployment(capsys, tmp_path, sglpatch_home, local_target):
     h = _hosts(tmp_path, local_target, serve={"model": "/m", "draft_model": "/d"})
     code, data, err = run_json(capsys, *h, "check", "--host", "here")
-    assert code == 0, err
+    assert code == 9, err
     (l2,) = [c for c in data["checks"] if c["level"] == "L2"]
-    assert l2["status"] == "skipped" and "nothing is deployed" in l2["detail"], l2
+    assert l2["status"] == "failed" and "nothing is deployed" in l2["detail"], l2
 
 
 def test_a_model_path_missing_on_the_host_is_the_first_line_of_the_error_before_any_server(
