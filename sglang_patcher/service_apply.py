@@ -9,7 +9,7 @@ from typing import Any, Callable, Iterable
 from . import deploy, mirror
 from .errors import CheckFailedError, ConfigError, SglpatchError
 from .inventory import Host
-from .patchset import load_patchset
+from .patchset import check_not_an_impostor, load_patchset
 from .progress import SILENT, Meter
 from .serve.gate import Gate
 from .serve.server import check_model_paths
@@ -41,6 +41,7 @@ def apply_patchset(name: str, host: Host, *, dry_run: bool = False, force: bool 
             check_model_paths(transport, host, host.serve)   # a gate that cannot start: said before the push
         version = str(info.sglang_version)
         ps.target(version)
+        check_not_an_impostor(ps, version)
         log(f"{host.name}: sglang {version} at {info.package_dir}")
         snap = mirror.snapshot(transport, host, info, home=home, meter=meter)
         log(f"{host.name}: mirror refreshed ({snap.counts()})")
