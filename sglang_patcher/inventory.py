@@ -51,16 +51,18 @@ class _UnsetVariable(ValueError):
 
 
 def expand_vars(value: str) -> str:
-    """Replace ``${VAR}`` with the environment's value (``SGLPATCH_HOME`` defaults to the state dir).
+    """Replace ``${VAR}`` with the environment's value (``${SGLPATCH_HOME}`` is the state dir,
+    :func:`~sglang_patcher.state.sglpatch_home`: its default when unset or empty, ConfigError when
+    relative).
 
     Raises ValueError (turned into an InventoryError with the line) when a variable is unset.
     """
 
     def sub(m: re.Match[str]) -> str:
         name = m.group(1)
+        if name == "SGLPATCH_HOME":   # the state dir itself: unset or empty -> its default; relative -> its error
+            return str(sglpatch_home())
         val = os.environ.get(name)
-        if val is None and name == "SGLPATCH_HOME":
-            val = str(sglpatch_home())
         if val is None:
             raise _UnsetVariable(f"environment variable ${{{name}}} is not set")
         return val

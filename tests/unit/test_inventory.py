@@ -30,6 +30,21 @@ def test_repo_hosts_yaml_loads(monkeypatch, tmp_path):
     assert sb.python == f"{tmp_path}/sandbox/venv/bin/python"
 
 
+def test_sglpatch_home_in_the_inventory_is_the_state_dir(monkeypatch, tmp_path):
+    """${SGLPATCH_HOME} expands as the state dir does: empty -> its default (it expanded to '' and
+    the sandbox read /sandbox/venv/bin/python), relative -> the state dir's own error (it said
+    'python must be an absolute path')."""
+    from sglang_patcher.errors import ConfigError
+
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg"))
+    monkeypatch.setenv("SGLPATCH_HOME", "")
+    assert load_inventory(REPO / "hosts.yaml").get("sandbox").python == \
+        f"{tmp_path}/xdg/sglpatch/sandbox/venv/bin/python"
+    monkeypatch.setenv("SGLPATCH_HOME", "rel/home")
+    with pytest.raises(ConfigError, match="SGLPATCH_HOME must be an absolute path"):
+        load_inventory(REPO / "hosts.yaml")
+
+
 def test_full_ssh_host_and_env_expansion(tmp_path, monkeypatch):
     monkeypatch.setenv("VENVS", "/srv/venvs")
     monkeypatch.setenv("HOME", str(tmp_path))
