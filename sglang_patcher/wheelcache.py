@@ -70,8 +70,8 @@ class WheelTree:
     def read(self, path: str) -> bytes | None:
         """Bytes of ``path`` (site-packages-relative posix), None when the release has no such file.
 
-        Raises StateError when the cached file is missing or no longer has its manifest sha256
-        (the cache was edited: ``sglpatch patchset tree VERSION`` re-verifies and rebuilds it)."""
+        Raises PatchsetError (exit 3, like a wheel that fails its RECORD) when the cached file is
+        missing or no longer has its manifest sha256 (the cache was edited: ``sglpatch patchset tree VERSION`` re-verifies and rebuilds it)."""
         entry = self.manifest.files.get(_safe_rel(path))
         if entry is None:
             return None
@@ -80,10 +80,10 @@ class WheelTree:
         try:
             data = self.path_of(path).read_bytes()
         except OSError as exc:
-            raise StateError(f"{self.root}: the cached pristine tree of sglang {self.version} lacks {path} "
+            raise PatchsetError(f"{self.root}: the cached pristine tree of sglang {self.version} lacks {path} "
                              f"({exc.strerror})", hint=fix) from exc
         if sha256_bytes(data) != entry.sha256:
-            raise StateError(f"{self.path_of(path)}: the cached pristine tree of sglang {self.version} was "
+            raise PatchsetError(f"{self.path_of(path)}: the cached pristine tree of sglang {self.version} was "
                              f"modified (sha256 {sha256_bytes(data)[:12]}, the release file has {entry.sha256[:12]})",
                              hint=fix)
         return data

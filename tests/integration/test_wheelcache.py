@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from sglang_patcher.errors import PatchsetError, StateError
+from sglang_patcher.errors import PatchsetError
 from sglang_patcher.wheelcache import pristine_tree, tree_from_wheel
 
 V = "9.9.9"
@@ -89,11 +89,11 @@ def test_a_modified_cache_is_never_read_as_pristine_and_verify_rebuilds_it(tmp_p
     t = pristine_tree(V, home=home)
     t.path_of("sglang/srt/server_args.py").write_bytes(b"x = 2\n")
     assert t.verify() == ["sglang/srt/server_args.py"]
-    with pytest.raises(StateError) as ei:
+    with pytest.raises(PatchsetError) as ei:
         t.read("sglang/srt/server_args.py")
     assert "was modified" in ei.value.message and f"sglpatch patchset tree {V}" in ei.value.hint
     t.path_of("sglang/__init__.py").unlink()
-    with pytest.raises(StateError, match="lacks sglang/__init__.py"):
+    with pytest.raises(PatchsetError, match="lacks sglang/__init__.py"):
         t.read("sglang/__init__.py")
     said = []
     t = pristine_tree(V, home=home, verify=True, log=said.append)
