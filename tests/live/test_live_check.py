@@ -10,7 +10,9 @@ from __future__ import annotations
 import json
 import signal
 import socket
+import shutil
 import subprocess
+import tempfile
 import time
 from pathlib import Path
 
@@ -68,13 +70,34 @@ def test_check_level_3_fails_when_ddtree_gives_other_tokens(host: SshHost, live_
     assert doc["ok"] is False and doc["exit_code"] == 9 and "DDTREE" in doc["error"]
 
 
+def _not_a_model() -> str:
+    """An empty directory the SSH user can read: a model path that exists (sglpatch's own check
+    passes) but from which the server cannot start."""
+    d = tempfile.mkdtemp(prefix="sglpatch-not-a-model-", dir="/tmp")
+    Path(d).chmod(0o755)
+    return d
+
+
 def test_a_server_that_cannot_start_fails_l2_with_its_log(host: SshHost, live_models) -> None:
-    host.write(cpu_serve_profile(live_models["random"], free_port(), model="/nonexistent/model"))
-    proc = host.run("check", "--host", host.name, "--level", "2", "--json")
+    bad = _not_a_model()
+    try:
+        host.write(cpu_serve_profile(live_models["random"], free_port(), model=bad))
+        proc = host.run("check", "--host", host.name, "--level", "2", "--json")
+    finally:
+        shutil.rmtree(bad, ignore_errors=True)
     assert proc.returncode == 9, proc.stdout[-3000:]
     (l2,) = [c for c in _doc(proc)["checks"] if c["level"] == "L2"]
     assert l2["status"] == "failed" and "exited before it was ready" in l2["detail"], l2
-    assert "server log" in l2["detail"] and "/nonexistent/model" in l2["detail"], l2["detail"][-2000:]
+    assert "server log" in l2["detail"] and bad in l2["detail"], l2["detail"][-2000:]
+
+
+def test_a_model_path_missing_on_the_host_is_said_before_any_server(host: SshHost, live_models) -> None:
+    host.write(cpu_serve_profile(live_models["random"], free_port(), model="/nonexistent/model"))
+    proc = host.run("check", "--host", host.name, "--level", "2", "--json")
+    assert proc.returncode == 2, proc.stdout[-3000:]
+    doc = _doc(proc)
+    assert "serve.model /nonexistent/model does not exist" in doc["error"], doc
+    assert not host.running()
 
 
 def test_a_port_in_use_is_named(host: SshHost, live_models) -> None:
@@ -121,8 +144,10 @@ def test_a_failed_gate_rolls_the_deployment_back(sshd, live_pristine, live_model
     venv = ssh_venv(sshd, live_pristine, tmp_path_factory, "live-gate")
     h = SshHost(sshd, venv, tmp_path_factory.mktemp("live-gate"), "live-gate")
     try:
-        h.write(cpu_serve_profile(live_models["random"], free_port(), model="/nonexistent/model"))
+        bad = _not_a_model()
+        h.write(cpu_serve_profile(live_models["random"], free_port(), model=bad))
         proc = h.run("apply", "ddtree", "--host", h.name, "--yes", "--gate", "check:2")
+        shutil.rmtree(bad, ignore_errors=True)
         assert proc.returncode == 9, proc.stdout[-3000:] + proc.stderr[-3000:]
         assert "gate check:2 failed" in proc.stderr and "rolled back" in proc.stderr, proc.stderr[-3000:]
         status = h.run("status", "--host", h.name, "--json")
