@@ -494,41 +494,6 @@ def _version_key(v: str) -> tuple:
 # ------------------------------------------------------------------------------------- loading
 
 
-def check_not_an_impostor(ps: "Patchset", version: str, search: list[Path] | None = None) -> None:
-    """Refuse a patchset loaded from elsewhere (a copy) that says it is ``NAME`` revision ``N`` of
-    the catalog's patchset but gives other files for SGLang ``version`` than that revision does.
-
-    A deployment is recorded as NAME rN and judged by the catalog's hashes later: an edited copy
-    under the same name and revision would read as that revision while its bytes differ, and the
-    real one would then call them drift. Raises :class:`PatchsetError` (exit 3) naming the
-    differing files. A copy that only adds releases, or the catalog's own directories, passes.
-    """
-    found = available_patchsets(search).get(ps.name)
-    if found is None:
-        return
-    home = found.resolve()
-    root = ps.root.resolve()
-    if root == home or root.is_relative_to(home / "history"):
-        return
-    try:
-        known = load_patchset(home).at_revision(ps.revision)
-    except (PatchsetError, ConfigError):
-        return                                  # a revision the catalog does not have: the copy's own
-    theirs = known.spec.targets.get(version)
-    if theirs is None:
-        return
-    mine = ps.target(version).expected
-    differ = sorted(p for p in set(mine) | set(theirs.expected) if mine.get(p) != theirs.expected.get(p))
-    if differ:
-        shown = ", ".join(differ[:4]) + (f" and {len(differ) - 4} more" if len(differ) > 4 else "")
-        raise PatchsetError(
-            f"{ps.root}: says {ps.name} r{ps.revision}, but {ps.name} r{ps.revision} here ({home}) "
-            f"makes other files for sglang {version}: {shown}",
-            hint=f"a changed patchset needs its own revision (raise `revision:` above "
-                 f"{load_patchset(home).revision} and freeze the old one: docs/patchsets.md) or its own name; "
-                 f"deployed as {ps.name} r{ps.revision} it would read as drift to the real one")
-
-
 def default_search_path() -> list[Path]:
     """Where names are looked up: ``./patchsets``, then the installed ``patchsets`` package dirs."""
     dirs = [Path.cwd() / "patchsets"]

@@ -9,7 +9,8 @@ from typing import Any, Callable, Iterable
 from . import deploy, mirror
 from .errors import CheckFailedError, ConfigError, SglpatchError
 from .inventory import Host
-from .patchset import check_not_an_impostor, load_patchset
+from .patchset import load_patchset
+from .patchset_identity import check_not_an_impostor
 from .progress import SILENT, Meter
 from .serve.gate import Gate
 from .serve.server import check_model_paths

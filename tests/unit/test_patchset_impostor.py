@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from sglang_patcher.errors import PatchsetError
-from sglang_patcher.patchset import check_not_an_impostor, load_patchset
+from sglang_patcher.patchset import load_patchset
+from sglang_patcher.patchset_identity import check_not_an_impostor
 
 REPO = Path(__file__).resolve().parents[2]
 DDTREE = REPO / "patchsets" / "ddtree"
