@@ -14,6 +14,9 @@ Format (pydantic-validated; unknown keys are refused so typos surface)::
           sglang/srt/speculative/ddtree_x.py: modules/ddtree_x.py   # (shared by all targets: one copy)
         pristine:  {path: sha256 | null}      # every touched file in the release (null: absent)
         expected:  {path: sha256 | null}      # every touched file after this revision (null: deleted)
+        left_out: [change, ...]               # only a `port --partial` target: the changes that did not
+                                              #   carry; apply refuses the target until a person makes
+                                              #   them by hand and deletes this key
     checks:
       l1: checks/l1_ddtree.py                 # optional L1 script, relative to the patchset
     withdrawn:                                # optional: earlier revisions hosts must not keep
@@ -135,6 +138,9 @@ class Target(_Model):
     new_files: dict[str, str] = Field(default_factory=dict)
     pristine: dict[str, Sha | None] = Field(default_factory=dict)
     expected: dict[str, Sha | None] = Field(default_factory=dict)
+    # a `sglpatch patchset port --partial` target: the changes that did not carry (hunk labels);
+    # apply refuses the target while any are listed (patchset_identity.check_port_finished)
+    left_out: list[str] = Field(default_factory=list)
 
     @field_validator("series")
     @classmethod
@@ -736,21 +742,26 @@ def refresh_hashes(patchset_dir: str | os.PathLike, version: str, read: Reader) 
 
 
 def _target_block(version: str, key_indent: int, inner: int, series: list[str], new_files: dict[str, str],
-                  comment: str | None) -> str:
+                  comment: str | None, left_out: list[str]) -> str:
     pad, item = " " * inner, " " * (inner + 2)
     rows = [" " * key_indent + json.dumps(version) + ":" + (f"  # {comment}" if comment else "")]
     rows.append(pad + "series:" + ("" if series else " []"))
     rows += [f"{item}- {_scalar(s)}" for s in series]
     rows.append(pad + "new_files:" + ("" if new_files else " {}"))
     rows += [f"{item}{_scalar(d)}: {_scalar(s)}" for d, s in sorted(new_files.items())]
+    if left_out:
+        rows.append(pad + "left_out:  # apply refuses this target until these are made by hand and this list deleted")
+        rows += [f"{item}- {json.dumps(c)}" for c in left_out]
     return "\n".join(rows)
 
 
 def add_target(patchset_dir: str | os.PathLike, version: str, series: list[str], new_files: dict[str, str],
-               read: Reader, *, comment: str | None = None) -> dict[str, dict[str, str | None]]:
+               read: Reader, *, comment: str | None = None,
+               left_out: list[str] | None = None) -> dict[str, dict[str, str | None]]:
     """Add the target ``version`` (its ``series`` and ``new_files``, both relative to the patchset) to
     ``patchset.yaml`` after the last target, then pin it with :func:`refresh_hashes` from ``read``
-    (the release's pristine tree). ``comment`` goes on the target's key line. Comments and every
+    (the release's pristine tree). ``comment`` goes on the target's key line; ``left_out`` (a partial
+    port's changes that did not carry) becomes the target's ``left_out`` list. Comments and every
     other key are kept. Refuses a version the patchset already targets (:class:`ConfigError`);
     when pinning fails (the series does not apply to ``read``'s tree) ``patchset.yaml`` is put back
     as it was and the error raised. Returns what :func:`refresh_hashes` returns."""
@@ -771,10 +782,12 @@ def add_target(patchset_dir: str | os.PathLike, version: str, series: list[str],
              if isinstance(last_value, yaml.MappingNode) and last_value.value and not last_value.flow_style
              else key_indent + 2)
     pos = _end(last_value)
-    new_text = (text[:pos] + "\n" + _target_block(version, key_indent, inner, series, new_files, comment)
+    left = list(left_out or [])
+    new_text = (text[:pos] + "\n" + _target_block(version, key_indent, inner, series, new_files, comment, left)
                 + text[pos:])
     check = yaml.safe_load(new_text)["targets"].get(version) or {}
-    if (check.get("series") or []) != list(series) or (check.get("new_files") or {}) != dict(new_files):
+    if (check.get("series") or []) != list(series) or (check.get("new_files") or {}) != dict(new_files) \
+            or (check.get("left_out") or []) != left:
         raise ConfigError(f"{ps.yaml_path}: could not add target {version} safely; add it by hand",
                           hint=json.dumps({"series": list(series), "new_files": dict(new_files)}, indent=1))
     tmp = ps.yaml_path.with_name(ps.yaml_path.name + ".tmp")

@@ -1,7 +1,10 @@
-"""Apply's identity check: a patchset copy may not pass itself off as the catalog's NAME rN.
+"""Apply's checks that a patchset is what it says it is, before anything reaches a host.
 
-A deployment is recorded as NAME rN and judged later by the catalog's hashes for that revision, so
-a copy (a directory given by path) that says NAME rN must make exactly those files.
+- Identity: a deployment is recorded as NAME rN and judged later by the catalog's hashes for that
+  revision, so a copy (a directory given by path) that says NAME rN must make exactly those files.
+- A finished port: a target written by ``sglpatch patchset port --partial`` lacks the changes that
+  did not carry (its ``left_out`` list); it renders, but it is not the patchset's change on that
+  release until a person makes them and deletes the list.
 """
 
 from __future__ import annotations
@@ -11,7 +14,7 @@ from pathlib import Path
 from .errors import ConfigError, PatchsetError
 from .patchset import Patchset, available_patchsets, load_patchset
 
-__all__ = ["check_not_an_impostor"]
+__all__ = ["check_not_an_impostor", "check_port_finished"]
 
 
 def check_not_an_impostor(ps: Patchset, version: str, search: list[Path] | None = None) -> None:
@@ -48,3 +51,21 @@ def check_not_an_impostor(ps: Patchset, version: str, search: list[Path] | None 
             hint=f"a changed patchset needs its own revision (raise `revision:` above "
                  f"{catalog.revision} and freeze the old one: docs/patchsets.md) or its own name; "
                  f"deployed as {ps.name} r{ps.revision} it would read as drift to the real one")
+
+
+def check_port_finished(ps: Patchset, version: str) -> None:
+    """Refuse the target for SGLang ``version`` while it lists changes a partial port left out.
+
+    Raises :class:`PatchsetError` (exit 3) naming ``patchset.yaml``, the target and each change;
+    the hint says how to finish the port (docs/patchsets.md, "Finishing a port by hand").
+    """
+    left = ps.target(version).left_out
+    if not left:
+        return
+    shown = "; ".join(left[:4]) + (f"; and {len(left) - 4} more" if len(left) > 4 else "")
+    raise PatchsetError(
+        f"{ps.yaml_path}: the target {version} of {ps.name} r{ps.revision} is a partial port — "
+        f"{len(left)} change(s) left out: {shown}",
+        hint=f"make those changes in the series by hand (docs/patchsets.md, \"Finishing a port by "
+             f"hand\"), re-pin with `sglpatch patchset refresh {ps.root} --sglang {version}`, then "
+             f"delete targets.{version}.left_out")

@@ -218,11 +218,18 @@ class PortResult:
         w = self.written
         return Path(w["patchset_yaml"]).parent if w.get("partial") and w.get("patchset_yaml") else None
 
+    @property
+    def left_out_changes(self) -> list[str]:
+        """One label per change that did not carry (a blocking hunk with its status, a clashing new
+        file): what a ``--partial`` target lacks (its ``left_out`` list in ``patchset.yaml``)."""
+        parts = [h.name + f" ({h.status})" for h in self.blocking]
+        parts += [f"new file {n.dst} ({n.status}: the release has its own file there)" for n in self.clashes]
+        return parts
+
     def failure(self) -> str:
         """One line naming what did not carry (empty when complete); with a PARTIAL target written,
         it says so first, with where and how many changes it lacks."""
-        parts = [h.name + f" ({h.status})" for h in self.blocking]
-        parts += [f"new file {n.dst} ({n.status}: the release has its own file there)" for n in self.clashes]
+        parts = self.left_out_changes
         if not parts:
             return ""
         where = self.partial_written
@@ -707,7 +714,8 @@ def write_port(result: PortResult, root: Path, read_new: Reader, *, partial: boo
     """Write ``result`` into the patchset directory ``root``: the ported patches under
     ``sglang-<to>/``, the target in ``patchset.yaml`` (series, ``new_files`` but clashing ones)
     pinned from ``read_new``. Only when :attr:`PortResult.complete`, or with ``partial`` (the target's
-    key line then says so in a comment). Refuses (ConfigError) a series directory that exists and
+    key line then says so in a comment, and its ``left_out`` list names what it lacks: apply refuses
+    it until that list is gone). Refuses (ConfigError) a series directory that exists and
     is not empty. Returns what it wrote (``patchset_yaml``, ``series``, ``partial``, ``reason``)."""
     to = result.to_version
     if not result.complete and not partial:
@@ -732,7 +740,8 @@ def write_port(result: PortResult, root: Path, read_new: Reader, *, partial: boo
         comment = (f"PARTIAL port from {result.from_version} by `sglpatch patchset port --partial`: "
                    f"{left} change(s) left out" if not result.complete else
                    f"ported from {result.from_version} by `sglpatch patchset port`")
-        add_target(root, to, written, new_files, read_new, comment=comment)
+        add_target(root, to, written, new_files, read_new, comment=comment,
+                   left_out=result.left_out_changes)
     except BaseException:
         for rel in written:
             (root / rel).unlink(missing_ok=True)

@@ -10,7 +10,7 @@ from . import deploy, mirror
 from .errors import CheckFailedError, ConfigError, SglpatchError
 from .inventory import Host
 from .patchset import load_patchset
-from .patchset_identity import check_not_an_impostor
+from .patchset_identity import check_not_an_impostor, check_port_finished
 from .progress import SILENT, Meter
 from .serve.gate import Gate
 from .serve.server import check_model_paths
@@ -43,6 +43,7 @@ def apply_patchset(name: str, host: Host, *, dry_run: bool = False, force: bool 
         version = str(info.sglang_version)
         ps.target(version)
         check_not_an_impostor(ps, version)
+        check_port_finished(ps, version)
         log(f"{host.name}: sglang {version} at {info.package_dir}")
         snap = mirror.snapshot(transport, host, info, home=home, meter=meter)
         log(f"{host.name}: mirror refreshed ({snap.counts()})")

@@ -76,6 +76,7 @@ class DiffReport:
                        "offset": h.offset_lines} for h in self.result.hunks],
             "notes": list(self.result.notes),
             "drifted": list(self.drifted),
+            "left_out": list(self.patchset.target(self.version).left_out),
             "host_plan": self.host_plan,
             "diff": self.result.diff_text(),
             # drift: the diff is shown, but apply would refuse (the command exits with DriftError's code)
@@ -100,6 +101,11 @@ class DiffReport:
                               style="yellow"))
         for note in self.result.notes:
             parts.append(Text(f"  note: {note}", style="yellow"))
+        left = self.patchset.target(self.version).left_out
+        if left:
+            parts.append(Text(f"  PARTIAL port: this target lacks {len(left)} change(s) that did not carry "
+                              f"(apply refuses it until they are made and targets.{self.version}.left_out "
+                              f"is deleted): " + "; ".join(left), style="bold red"))
         if self.drifted:
             parts.append(Text(f"  drifted on the host ({len(self.drifted)} file(s) match neither the "
                               f"pristine release nor any revision of {self.patchset.name}; this diff starts "

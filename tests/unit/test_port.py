@@ -20,6 +20,7 @@ from sglang_patcher.cli import main
 from sglang_patcher.errors import ConfigError, PatchsetError
 from sglang_patcher.manifest import FileEntry, Manifest
 from sglang_patcher.patchset import load_patchset, refresh_hashes
+from sglang_patcher.patchset_identity import check_port_finished
 from sglang_patcher.port import port_series, write_port
 
 OLD, NEW = "1.0", "1.1"
@@ -206,6 +207,21 @@ def test_with_a_conflict_nothing_is_written_unless_partial(tmp_path):
     ps = load_patchset(root)
     ps.render(NEW, NEW_TREE.get)
     assert C not in ps.target(NEW).expected and B in ps.target(NEW).expected
+    # what it lacks is a field of the target, not only a comment: apply refuses it by that list
+    assert ps.target(NEW).left_out == result.left_out_changes and len(result.left_out_changes) == 2
+    assert any(C in c and "conflict" in c for c in ps.target(NEW).left_out), ps.target(NEW).left_out
+    with pytest.raises(PatchsetError) as exc:
+        check_port_finished(ps, NEW)
+    assert "partial port" in str(exc.value) and "2 change(s) left out" in str(exc.value)
+    assert str(root / "patchset.yaml") in str(exc.value) and f"targets.{NEW}.left_out" in exc.value.hint
+    check_port_finished(ps, OLD)                   # the source target is complete
+    # a re-pin keeps the list; deleting it (the port finished by hand) lets the target through
+    refresh_hashes(root, NEW, NEW_TREE.get)
+    assert load_patchset(root).target(NEW).left_out == result.left_out_changes
+    doc = yaml.safe_load((root / "patchset.yaml").read_text())
+    del doc["targets"][NEW]["left_out"]
+    (root / "patchset.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
+    check_port_finished(load_patchset(root), NEW)
 
 
 def test_write_refuses_a_non_empty_series_directory_and_an_existing_target(tmp_path):
@@ -315,6 +331,13 @@ def test_cli_out_ports_into_a_copy_with_the_conflicted_files(tmp_path, home, run
     assert "PARTIAL" not in before and (root / "patchset.yaml").read_text() == before
     copy = load_patchset(out / "ddx")
     assert copy.target(NEW).series[0] == f"sglang-{NEW}/0001-a-b.patch"
+    assert len(copy.target(NEW).left_out) == 2
+    # diff of the partial copy renders, and says in its summary what the target lacks
+    r = run("diff", str(out / "ddx"), "--sglang", NEW)
+    assert r.exit_code == 0, r.output
+    assert "PARTIALport:thistargetlacks2change(s)" in "".join(r.output.split()), r.output
+    r = run("--json", "diff", str(out / "ddx"), "--sglang", NEW)
+    assert len(json.loads(r.stdout)["left_out"]) == 2
     assert (out / "conflicts" / f"sglang-{NEW}" / C).read_bytes() .count(b"<<<<<<< sglang 1.1") == 1
     report = json.loads((out / f"report-sglang-{NEW}.json").read_text())
     assert report["written"]["partial"] is True and report["mode"] == "out"
