@@ -50,7 +50,10 @@ class HostInfo:
     interpreter reports as ``sys.executable``. ``site_packages``: absolute remote directory holding
     ``sglang/`` and ``dist_info`` (all mirror/deploy paths are relative to it). ``writable``: the
     package dir, its files and site-packages are writable by the login user (``unwritable_count``
-    entries are not; the first ones in ``unwritable``). ``free_bytes``: free bytes on that filesystem
+    entries are not; the first ones in ``unwritable``, each with why in ``unwritable_why`` — "is
+    immutable (chattr +i)", "is not writable by USER (owner root, mode 0755)": the host-side test
+    :mod:`sglang_patcher.remote.access` that apply's refusal uses too; ``site_packages_why`` for
+    site-packages itself). ``free_bytes``: free bytes on that filesystem
     for the login user. ``record``: the distribution's RECORD as ``{path: hex sha256 | None}``
     (empty when the distribution has no RECORD; see ``has_record``).
     """
@@ -69,6 +72,8 @@ class HostInfo:
     user: str | None = None
     unwritable_count: int = 0
     unwritable: list[str] = field(default_factory=list)
+    unwritable_why: dict[str, str] = field(default_factory=dict)
+    site_packages_why: str | None = None
     has_record: bool = True
     record: dict[str, str | None] = field(default_factory=dict, repr=False)
 
@@ -182,7 +187,8 @@ def _interpret(host, py: str, out: dict[str, Any]) -> HostInfo:
         distributions=dists, writable=bool(out.get("writable")),
         free_bytes=int(out.get("free_bytes") or 0), user=out.get("user"),
         unwritable_count=int(out.get("unwritable_count") or 0),
-        unwritable=list(out.get("unwritable") or []), has_record=dist.has_record,
+        unwritable=list(out.get("unwritable") or []), unwritable_why=dict(out.get("unwritable_why") or {}),
+        site_packages_why=out.get("site_packages_why"), has_record=dist.has_record,
         record=dict(out.get("record") or {}))
 
 

@@ -13,6 +13,7 @@ from rich.text import Text
 
 from .errors import SglpatchError
 from .inventory import Host
+from .remote.agent_client import not_writable_hint
 from .service import human_bytes, session
 
 __all__ = ["InventoryListing", "HostCheck", "HostsCheckReport", "check_hosts"]
@@ -88,9 +89,30 @@ class HostsCheckReport:
                 continue
             i = c.info
             t.add_row(c.host.name, f"{i.interpreter} ({i.python_version})", str(i.sglang_version),
-                      str(i.package_dir), "yes" if i.writable else Text("no", style="yellow"),
+                      str(i.package_dir), "yes" if i.writable else Text("no, below", style="yellow"),
                       human_bytes(i.free_bytes), Text("ok", style="green"))
+            if not i.writable:
+                errors.append(Text(unwritable_text(c.host, i), style="yellow"))
         return Group(t, *errors)
+
+
+def unwritable_text(host: Host, info: Any) -> str:
+    """Why ``host``'s install is not writable by its login user: the first entries and each one's
+    reason (the probe's, the same test apply refuses by), and what to do."""
+    lines = [f"{host.name}: not writable by {info.user or 'the login user'}: {info.unwritable_count} "
+             f"entr{'y' if info.unwritable_count == 1 else 'ies'} of the install"]
+    if info.site_packages_why:
+        lines.append(f"  site-packages {info.site_packages} {info.site_packages_why}")
+    for rel in info.unwritable[:8]:
+        lines.append(f"  {rel} {info.unwritable_why.get(rel, 'is not writable')}")
+    if info.unwritable_count > min(len(info.unwritable), 8):
+        lines.append(f"  … and {info.unwritable_count - min(len(info.unwritable), 8)} more")
+    whys = [*info.unwritable_why.values(), info.site_packages_why or ""]
+    kinds = {"immutable" if "chattr +i" in w else "append_only" if "chattr +a" in w else
+             "read_only" if "read-only" in w else "permission" for w in whys if w}
+    lines.append("  hint: `apply` refuses a file it cannot replace before writing anything; "
+                 + not_writable_hint(kinds, info.user))
+    return "\n".join(lines)
 
 
 def check_hosts(hosts: Iterable[Host]) -> HostsCheckReport:

@@ -11,7 +11,8 @@ The steps, each its own module (``docs/architecture.md`` has the table):
 * :mod:`.agent` — the host's agent for a Host (the client itself is
   :mod:`sglang_patcher.remote.agent_client`), the lock take-over rule, progress reports;
 * :mod:`.plan` — what an apply would do, by hashes (:func:`plan_apply`); :mod:`.pristine` — where
-  the pristine bytes it renders against come from;
+  the pristine bytes it renders against come from; :mod:`.preflight` — the refusal, before
+  anything is written, of files the host's user could not replace;
 * :mod:`.transaction` — the apply: inspect, plan, push (stage, verify, rename under the host's
   journal), smoke checks, finish; resumed or rolled back when interrupted;
 * :mod:`.rollback` — restore the originals, putting lost host backups back first;

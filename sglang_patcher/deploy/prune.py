@@ -32,8 +32,11 @@ def prune_host(transport: Transport, host: Host, info: HostInfo, *, keep: int = 
     host's history), marked ``backups_pruned``; the edited copies a forced rollback kept beside
     them (``<id>.drifted/``) go too, and the result names them. A superseded deployment has nothing
     on the host to roll back: its local record stays, marked ``backups_pruned``, and the result
-    names each copy deleted (``superseded``). Active deployments are never touched. Takes the
-    host's lock (not for a dry run, nor when nothing is to be deleted on the host: a host never
+    names each copy deleted (``superseded``). Backup trees on the host that no deployment record
+    names (``orphans``: left by a failed push of an sglpatch before failed pushes removed their own)
+    go too, whatever ``keep`` says, when the host holds every byte of them elsewhere; one that holds
+    bytes found nowhere else is kept and named (``orphans_kept``). Active deployments are never
+    touched. Takes the host's lock (not for a dry run, nor when nothing is to be deleted on the host: a host never
     deployed has no state dir to lock, and is "nothing to prune"); a lock another process holds
     refuses the prune only when it would delete something on the host (the host is asked first
     what, a dry run), and then nothing is deleted here either. Raises ValueError for keep < 0,
@@ -57,11 +60,13 @@ def prune_host(transport: Transport, host: Host, info: HostInfo, *, keep: int = 
             takeover = lock_takeover(name, hist.get("lock"), break_lock, "cannot prune")
         except LockHeldError as exc:  # refused only when there is something to delete on the host
             out = agent.prune(int(keep), make_holder(None), dry_run=True)
-            if out.get("pruned"):
-                ids = [str(p["id"]) for p in out["pruned"]]
+            if out.get("pruned") or out.get("orphans"):
+                ids = [str(p["id"]) for p in out.get("pruned", []) + out.get("orphans", [])]
+                lost = len(out.get("orphans", []))
                 raise LockHeldError(
-                    f"{name}: cannot prune the backups of {len(ids)} rolled-back deployment(s) "
-                    f"({', '.join(ids[:5])}{', …' if len(ids) > 5 else ''}): the host is locked by "
+                    f"{name}: cannot prune the backups of {len(ids) - lost} rolled-back deployment(s) "
+                    + (f"and {lost} backup(s) no deployment record names " if lost else "")
+                    + f"({', '.join(ids[:5])}{', …' if len(ids) > 5 else ''}): the host is locked by "
                     f"{describe_holder(hist.get('lock'))}; nothing was deleted", hint=exc.hint) from exc
             out["dry_run"] = False
     if out is None:
@@ -86,7 +91,8 @@ def prune_host(transport: Transport, host: Host, info: HostInfo, *, keep: int = 
                 hint=f"make {g['dir']} deletable (or delete it by hand), then rerun `sglpatch prune --host {name}`")
         mark_backups_pruned(Path(g["record"]))
     return PruneResult(host=name, pruned=out.get("pruned", []), kept=out.get("kept", []),
-                       dry_run=bool(out.get("dry_run")), recorded=out.get("recorded"), superseded=local_gone)
+                       dry_run=bool(out.get("dry_run")), recorded=out.get("recorded"), superseded=local_gone,
+                       orphans=out.get("orphans", []), orphans_kept=out.get("orphans_kept", []))
 
 
 def refuse_undeletable_local(name: str, gone: list[dict[str, Any]]) -> None:

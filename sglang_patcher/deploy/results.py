@@ -456,7 +456,10 @@ class PruneResult:
     """:func:`prune_host`: the rolled-back deployments whose backups went (``pruned``: id, bytes,
     dirs, ``drifted`` — the edited copies a forced rollback kept, which go with them), those whose
     backups were kept, whether it was a dry run (nothing deleted) and how many deployment records
-    the host has (``recorded``: 0 for a host never deployed)."""
+    the host has (``recorded``: 0 for a host never deployed). ``orphans``: backup trees on the host
+    that no deployment record names (a failed push of an earlier sglpatch left them; every byte of
+    them is held elsewhere on the host), deleted whatever ``keep`` says: {id, dir, bytes, files};
+    ``orphans_kept``: such trees holding bytes found nowhere else on the host (``alone``), kept."""
 
     host: str
     pruned: list[dict[str, Any]]
@@ -466,11 +469,13 @@ class PruneResult:
     # this machine's backup copies of superseded deployments (their install was replaced), deleted
     # whatever --keep says: {id, record, dir, bytes, files}
     superseded: list[dict[str, Any]] = field(default_factory=list)
+    orphans: list[dict[str, Any]] = field(default_factory=list)
+    orphans_kept: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def freed_bytes(self) -> int:
         """Bytes freed on the host."""
-        return sum(int(p.get("bytes", 0)) for p in self.pruned)
+        return sum(int(p.get("bytes", 0)) for p in self.pruned + self.orphans)
 
     @property
     def local_freed_bytes(self) -> int:
@@ -489,8 +494,8 @@ class PruneResult:
     def __rich__(self):
         from rich.text import Text
 
-        gone = self._superseded_lines()
-        if not self.pruned:
+        gone = self._superseded_lines() + self._orphan_lines()
+        if not self.pruned and not self.orphans:
             why = ("no sglpatch deployment is recorded on this host" if self.recorded == 0 else
                    "no rolled-back deployment beyond the --keep newest has backups left")
             if gone:
@@ -500,8 +505,9 @@ class PruneResult:
                 if self.kept else ""))
         verb = "would free" if self.dry_run else "freed"
         copies = sum(len(v) for v in self.drifted.values())
-        head = (f"{self.host}: {verb} {self.freed_bytes / 1e6:.1f} MB — the backups of {len(self.pruned)} "
-                f"rolled-back deployment(s)" + (
+        what = ([f"the backups of {len(self.pruned)} rolled-back deployment(s)"] if self.pruned else []) + (
+            [f"{len(self.orphans)} backup(s) no deployment record names"] if self.orphans else [])
+        head = (f"{self.host}: {verb} {self.freed_bytes / 1e6:.1f} MB — " + " and ".join(what) + (
                     f", with {copies} edited cop{'y' if copies == 1 else 'ies'} of files that `rollback --force` "
                     f"kept (backups/<id>.drifted/ on the host: {'they would go' if self.dry_run else 'gone'})"
                     if copies else ""))
@@ -516,6 +522,22 @@ class PruneResult:
         if self.kept:
             lines.append(f"  kept: the backups of {', '.join(self.kept)} (--keep); active deployments' are never pruned")
         return Text("\n".join(lines + gone))
+
+    def _orphan_lines(self) -> list[str]:
+        """The backups no record names: deleted (would be), or kept with the files found nowhere else."""
+        lines = []
+        for o in self.orphans:
+            lines.append(f"  {o['id']}: {int(o['bytes']) / 1e6:.2f} MB, {len(o['files'])} file(s) — no deployment "
+                         f"record names it (a failed push left it; the host holds every byte of it elsewhere): "
+                         f"{'would delete' if self.dry_run else 'deleted'}")
+        for o in self.orphans_kept:
+            alone = o.get("alone") or []
+            lines.append(f"  kept: {o['dir']} — no deployment record on the host names it, and {len(alone)} of its "
+                         f"file(s) ({', '.join(alone[:3])}{' …' if len(alone) > 3 else ''}) are nowhere else on the "
+                         f"host: the originals of a deployment whose record was lost? Copy its record back from the "
+                         f"machine that deployed it ($SGLPATCH_HOME/deployments/{self.host}/{o['id']}.json) and "
+                         f"roll it back, or delete the directory by hand")
+        return lines
 
     def _superseded_lines(self) -> list[str]:
         """What was (would be) deleted of this machine's copies of superseded deployments."""

@@ -10,7 +10,10 @@ A user's ``sglpatch apply`` is :func:`apply_to_host`, in round trips over one tr
 2. The plan (:mod:`.plan`): the patchset rendered against PRISTINE bytes (the mirror; the PyPI
    wheel cache or a backup when the mirror holds patched files), every pristine byte checked against
    the patchset's pristine sha256; each file's state by hashes. Drifted files →
-   :class:`DriftError` listing them (unless ``force``). All patched → a clean no-op.
+   :class:`DriftError` listing them (unless ``force``). A file to write or delete that the host's
+   user cannot replace (immutable, its directory not writable by that user, ...: ``inspect``'s
+   ``blocked``) → :class:`DeployError` (exit 8) naming each, before anything is written, a dry run
+   too (:mod:`.preflight`). All patched → a clean no-op.
 3. ``push`` — one tar of the new contents; the host agent locks, checks disk and permission,
    compares each file's live sha256 with the one the plan saw (a compare-and-swap under the lock:
    another apply or rollback that ran between this one's inspect and its push makes it refuse,
@@ -52,6 +55,7 @@ from ..state import sglpatch_home
 from ..transport.base import Transport
 from .agent import Progress, agent_for, host_name, lock_takeover, no_progress
 from .plan import allowed_hashes, patchset_view, plan_apply, refuse_downgrade
+from .preflight import refuse_unwritable
 from .pristine import Reader, sha256_or_none
 from .records import check_host_records, check_local_writable, save_local_record, sync_local_records
 from .results import DeployPlan, DeployResult
@@ -117,7 +121,9 @@ def apply_to_host(transport: Transport, host: Host, info: HostInfo, patchset: Pa
     (False → status ``aborted``, nothing written). ``progress(step, detail)`` is told each step.
     Raises UnsupportedVersionError (the host's SGLang version is not a target), DriftError (files
     changed on the host; lists them; ``force`` overrides), LockHeldError (names the holder;
-    ``break_lock`` overrides), DeployError (disk, permission, push failure — nothing half-written),
+    ``break_lock`` overrides), DeployError (``kind`` not_writable: a file to write or delete that the
+    host's user cannot replace, named with why before anything is written — also when ``dry_run``;
+    disk, permission, push failure — nothing half-written, nothing left behind),
     CheckFailedError (a smoke check failed; already rolled back), TransportError.
     """
     t0 = time.monotonic()
@@ -183,6 +189,7 @@ def apply_to_host(transport: Transport, host: Host, info: HostInfo, patchset: Pa
                               "to overwrite (they are backed up first)")
         err.files = plan.drifted  # type: ignore[attr-defined]
         raise err
+    refuse_unwritable(name, plan, ins)   # a file the push could not replace: refused now, a dry run too
     if dry_run and (plan.to_push or j is not None):  # a pending journal: the real run would
         return done("dry_run", plan)                 # resume it or roll it back, never a no-op
     if not plan.to_push:

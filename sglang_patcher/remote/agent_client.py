@@ -26,7 +26,7 @@ from ..transport.base import Transport
 from . import launcher
 
 __all__ = ["AGENT", "AgentClient", "AgentError", "AgentDriftError", "AgentLockHeldError", "AgentStateError",
-           "make_holder", "describe_holder", "holder_is_stale", "payload_tar", "untar"]
+           "make_holder", "describe_holder", "holder_is_stale", "not_writable_hint", "payload_tar", "untar"]
 
 AGENT = "deploy_agent"
 
@@ -159,6 +159,26 @@ _HINTS = {
 }
 
 
+def not_writable_hint(kinds: Any, user: str | None = None) -> str:
+    """What to do about files this user cannot replace, by the kinds of problem found (the agent's
+    ``preflight``: immutable, append_only, read_only, permission, owner, state_dir)."""
+    kinds = set(kinds or ())
+    who = user or "the login user"
+    said = []
+    if kinds & {"immutable", "append_only"}:
+        said.append("as root on the host, clear the flag of each file or directory named (`chattr -i PATH`, "
+                    "`chattr -a PATH` for append-only; `lsattr PATH` shows it), then rerun")
+    if kinds & {"permission", "owner"} or not kinds:
+        said.append(f"set `sudo: true` for this host in the inventory file (the install is another user's), or "
+                     f"give {who} write permission on the directories named")
+    if "read_only" in kinds:
+        said.append("remount that filesystem read-write, or deploy to an install on a writable one")
+    if "state_dir" in kinds:
+        said.append(f"make the state dir writable by {who}, or set `state_dir:` for this host to a directory "
+                    "it can write")
+    return "; ".join(said)
+
+
 # ------------------------------------------------------------------------------------- the client
 
 class AgentClient:
@@ -199,6 +219,8 @@ class AgentClient:
         msg = f"{self.host}: {op}: {out.get('error', 'failed')}"
         details = {k: v for k, v in out.items() if k not in ("ok", "kind", "error")}
         hint = _HINTS.get(kind)
+        if kind == "not_writable" and "kinds" in out:
+            hint = not_writable_hint(out["kinds"], out.get("user"))
         if kind == "lock_held":
             raise AgentLockHeldError(msg, kind=kind, details=details, hint=hint)
         if kind == "drift":

@@ -7,7 +7,8 @@ only, never ``import sglang`` (slow on a GPU host, broken on a ``--no-deps`` ins
 
 Ops:
   probe {record: bool=true}  -> interpreter facts, every visible ``sglang`` distribution, the package
-      dir ``importlib.util.find_spec`` resolves (without executing it), writability, free bytes, and
+      dir ``importlib.util.find_spec`` resolves (without executing it), writability (the first
+      entries this user cannot change, each with why: ``access.write_problem``), free bytes, and
       (when exactly one distribution is visible and ``record``) its RECORD as {path: hex sha256|null}.
   hash {site_packages, dist_info, package="sglang", cache=false, racy_s=2} -> {"files": [[path, sha256, size,
       mode], ...], "cache": {"hits", "hashed"}} for ``<package>/**`` and ``<dist_info>/**`` under
@@ -33,6 +34,8 @@ import os
 import re
 import sys
 import time
+
+from .access import write_problem
 
 EXPECTED_FAILURE_EXIT = 3
 
@@ -126,7 +129,11 @@ def _package_dir():
 
 
 def _writability(package_dir, limit=20):
+    """``(count, first paths, {path: why})`` of the entries of the package (its directories and
+    files, bytecode left out) this user cannot change: :func:`write_problem`, the same test the
+    deploy agent applies to the files it replaces and their directories."""
     bad = []
+    why = {}
     count = 0
     for root, dirs, files in os.walk(package_dir):
         dirs[:] = [d for d in dirs if d != "__pycache__"]
@@ -134,11 +141,14 @@ def _writability(package_dir, limit=20):
             path = os.path.join(root, name) if name else root
             if name.endswith(".pyc"):
                 continue
-            if not os.access(path, os.W_OK):
+            problem = write_problem(path)
+            if problem is not None:
                 count += 1
                 if len(bad) < limit:
-                    bad.append(os.path.relpath(path, os.path.dirname(package_dir)))
-    return count, bad
+                    rel = os.path.relpath(path, os.path.dirname(package_dir))
+                    bad.append(rel)
+                    why[rel] = problem[1]
+    return count, bad, why
 
 
 def op_probe(args):
@@ -160,12 +170,15 @@ def op_probe(args):
     }
     if package_dir and os.path.isdir(package_dir):
         site = os.path.dirname(package_dir)
-        count, bad = _writability(package_dir)
+        count, bad, why = _writability(package_dir)
+        site_problem = write_problem(site)
         out["site_packages"] = site
-        out["writable"] = count == 0 and os.access(site, os.W_OK)
-        out["site_packages_writable"] = os.access(site, os.W_OK)
+        out["writable"] = count == 0 and site_problem is None
+        out["site_packages_writable"] = site_problem is None
+        out["site_packages_why"] = site_problem and site_problem[1]
         out["unwritable_count"] = count
         out["unwritable"] = bad
+        out["unwritable_why"] = why
         st = os.statvfs(package_dir)
         out["free_bytes"] = st.f_bavail * st.f_frsize
     if len(dists) == 1 and args.get("record", True) and dists[0]["_record"] is not None:

@@ -18,6 +18,7 @@ import pytest
 import yaml
 
 from sglang_patcher.cli import main
+from tests.support.inode_flags import chattr  # noqa: F401  (the fixture)
 
 pytestmark = [pytest.mark.sglang]
 
@@ -173,6 +174,50 @@ def test_the_whole_story_over_ssh(capsys, tmp_path, sglpatch_home, sshd, sglang_
             assert live_hash(site, path) == record[path], path
         else:
             assert live_hash(site, path) is None, f"{path} was added and must be gone"
+
+
+@pytest.mark.ssh
+@pytest.mark.parametrize("case", ["immutable file", "directory the SSH user cannot write"])
+def test_apply_refuses_files_it_cannot_replace_before_writing_anything_a_dry_run_too(
+        capsys, tmp_path, sglpatch_home, sshd, sglang_target, chattr, case):
+    """A file apply would replace is immutable (chattr +i: not even root may rename over it), or its
+    directory is not writable by the SSH user: `hosts --check` says so, with why (the same host-side
+    test), and `apply` — `--dry-run` too, which used to say it would write the files — refuses with
+    exit 8 before anything is written, naming the host, the files and why, and what to do."""
+    host = sshd.host_entry(sglang_target, name="gpu-test")
+    h = ["--hosts", str(write_hosts(tmp_path / "hosts.yaml", host))]
+    site = sglang_target.site_packages
+    spec = "sglang/srt/speculative/spec_info.py"
+    before = live_hash(site, spec)
+    if case == "immutable file":
+        chattr("+i", site / spec)
+        blocked, why, says, hint = spec, "is immutable (chattr +i)", [f"{spec} is immutable (chattr +i)"], "chattr -i"
+    else:
+        os.chmod(site / "sglang/srt/speculative", 0o555)
+        blocked, why = "sglang/srt/speculative", f"is not writable by {sshd.user} (owner {sshd.user}, mode 0555)"
+        says = [f"12 file(s) in a directory not writable by {sshd.user} ({site}/sglang/srt/speculative {why})",
+                "sglang/srt/speculative/ddtree_accept.py"]
+        hint = f"give {sshd.user} write permission"
+    try:
+        code, data, err = run_json(capsys, *h, "hosts", "--check")
+        assert code == 0 and data["hosts"]["gpu-test"]["writable"] is False, data
+        assert data["hosts"]["gpu-test"]["unwritable_why"] == {blocked: why}, data["hosts"]["gpu-test"]
+        code, out, _ = run_cli(capsys, *h, "hosts", "--check")
+        assert code == 0 and f"{blocked} {why}" in " ".join(out.split()), out
+
+        for args in (["--dry-run"], ["--yes"]):
+            code, data, err = run_json(capsys, *h, "apply", "ddtree", "--host", "gpu-test", *args)
+            assert code == 8 and data["type"] == "AgentError", (args, data, err)
+            assert data["error"].startswith("gpu-test: cannot apply ddtree r"), data["error"]
+            assert "nothing was written" in data["error"] and hint in data["hint"], data
+            for text in says:
+                assert text in data["error"], (text, data["error"])
+            assert live_hash(site, spec) == before
+            assert not (site / ".sglpatch").exists(), "nothing written: no lock, journal, backup"
+            assert not list(site.rglob(".*.sglpatch-*")), "nothing staged"
+            assert not list((sglpatch_home / "deployments").rglob("*.json")), "no local record"
+    finally:
+        os.chmod(site / "sglang/srt/speculative", 0o755)
 
 
 @pytest.mark.ssh
@@ -1227,3 +1272,28 @@ def test_prune_frees_the_backups_of_rolled_back_deployments(capsys, tmp_path, sg
     assert code == 0 and "nothing to prune" in out
     code, _, err = run_cli(capsys, *h, "prune", "--host", "here", "--keep", "-1")
     assert code == 2 and "--keep" in err
+
+
+def test_prune_deletes_a_backup_folder_a_failed_push_left_that_no_record_names(capsys, tmp_path, sglpatch_home,
+                                                                               local_target):
+    """A failed push of an earlier sglpatch restored the host but left its backups under
+    .sglpatch/backups/<id>/ with no record naming them: `prune` (any --keep) deletes such a folder
+    when the host holds every byte of it elsewhere, and says so; a dry run only names it."""
+    from sglang_patcher.inventory import Host
+
+    h = ["--hosts", str(write_hosts(tmp_path / "hosts.yaml", Host(name="here", transport="local",
+                                                                     python=str(local_target))))]
+    site = local_target.site_packages
+    spec = "sglang/srt/speculative/spec_info.py"
+    left = site / ".sglpatch" / "backups" / "20250101T000000Z-ddtree-r5-0a0a0a"
+    (left / spec).parent.mkdir(parents=True)
+    (left / spec).write_bytes((site / spec).read_bytes())
+    code, out, _ = run_cli(capsys, *h, "prune", "--host", "here", "--keep", "3", "--dry-run")
+    out = " ".join(out.split())
+    assert code == 0 and "would free" in out and "1 backup(s) no deployment record names" in out, out
+    assert f"{left.name}: " in out and "would delete" in out and left.is_dir(), out
+    code, data, _ = run_json(capsys, *h, "prune", "--host", "here", "--keep", "3")
+    assert code == 0 and [o["id"] for o in data["orphans"]] == [left.name] and data["freed_bytes"] > 0, data
+    assert data["orphans"][0]["files"] == [spec] and not left.exists()
+    code, out, _ = run_cli(capsys, *h, "prune", "--host", "here")
+    assert code == 0 and "nothing to prune" in out, out

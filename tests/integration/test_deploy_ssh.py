@@ -243,6 +243,27 @@ def test_agent_killed_mid_commit_over_ssh_is_resumed_next_run(conn, ssh_host, sg
     assert st.overall == "patched" and st.lock is None and st.journal is None
 
 
+def test_a_push_that_fails_mid_way_over_ssh_leaves_no_backup_behind(conn, ssh_host, sglang_target, sglpatch_home,
+                                                                    tmp_path):
+    """The push's second rename fails on the host (as over a file made immutable after the plan):
+    the host is rolled back AND keeps nothing of it — no backup folder under .sglpatch/backups/ that
+    no deployment record names (prune never removed those), no journal, no lock; the next apply
+    then deploys, with its own backups only."""
+    info = discover(conn, ssh_host)
+    ps = make_patchset(tmp_path / "ps", Path(sglang_target.site_packages))
+    read = pristine_reader(sglang_target)
+    site = Path(sglang_target.site_packages)
+    with pytest.raises(DeployError) as ei:
+        apply_to_host(_EnvTransport(conn, SGLPATCH_AGENT_FAIL="commit:2"), ssh_host, info, ps, pristine=read,
+                      home=sglpatch_home)
+    assert getattr(ei.value, "kind", None) == "push_failed" and "every file was restored" in str(ei.value)
+    assert _live(sglang_target, SPEC) == info.record[SPEC] and not (site / NEWMOD).exists()
+    assert not (site / ".sglpatch").exists(), sorted(map(str, (site / ".sglpatch").rglob("*")))
+    res = apply_to_host(conn, ssh_host, info, ps, pristine=read, home=sglpatch_home)
+    assert res.status == "applied"
+    assert [p.name for p in (site / ".sglpatch" / "backups").iterdir()] == [res.deployment_id]
+
+
 def test_truncated_upload_over_ssh_writes_nothing(conn, ssh_host, sglang_target, sglpatch_home):
     import json
 

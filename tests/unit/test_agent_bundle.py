@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from sglang_patcher.remote import launcher
-from sglang_patcher.remote.bundle import join, script_source
+from sglang_patcher.remote import access, launcher
+from sglang_patcher.remote.bundle import join, join_module, script_source
 
 AGENT_DIR = Path(launcher.__file__).parent / "deploy_agent"
 
@@ -69,8 +69,48 @@ def test_the_joined_agent_holds_the_ops_of_the_package():
     assert {n: f.__name__ for n, f in ns["OPS"].items()} == {n: f.__name__ for n, f in OPS.items()}
 
 
-def test_a_single_module_script_is_sent_as_it_is():
-    assert script_source("probe") == (Path(launcher.__file__).parent / "probe.py").read_bytes()
+def test_a_single_module_without_shared_imports_is_sent_as_it_is(tmp_path):
+    (tmp_path / "plain.py").write_text('"""A plain script."""\n\nimport os\n\nX = os.sep\n')
+    assert join_module(tmp_path / "plain.py") is None   # script_source then sends its bytes
+
+
+def test_the_probe_and_the_agent_carry_the_same_shared_access_code():
+    """One piece of code decides whether a path can be changed on the host: ``access.py``, joined
+    into the probe (``hosts --check``'s writable column) and into the deploy agent (apply's
+    refusal before any write) — once each, ahead of their own code, byte for byte the same."""
+    shared = (Path(launcher.__file__).parent / "access.py").read_text()
+    body = shared[shared.index("# FS_IOC_GETFLAGS"):].strip("\n")
+    for script in ("probe", "deploy_agent"):
+        src = script_source(script).decode("utf-8")
+        assert src.count(body) == 1, script
+        assert src.index(body) < src.index("def op_"), script
+        assert "from .access" not in src and "from ..access" not in src
+        tree = ast.parse(src)
+        for node in _imports(tree):
+            assert not getattr(node, "level", 0), ast.unparse(node)
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module]
+            assert all(n.split(".")[0] in sys.stdlib_module_names for n in names), names
+        ns: dict = {"__name__": "joined"}
+        exec(compile(src, "<sglpatch-remote>", "exec"), ns)
+        here = str(Path(launcher.__file__).parent)
+        assert ns["write_problem"](here) == access.write_problem(here)
+        assert ns["attr_problem"](here) == access.attr_problem(here)
+    assert script_source("probe") == script_source("probe")
+
+
+def test_a_script_joins_the_shared_modules_it_imports_first(tmp_path):
+    (tmp_path / "common.py").write_text('"""Shared."""\n\nimport os\n\n\ndef where():\n    return os.sep\n')
+    pkg = _package(tmp_path, {"a": "from ..common import where\n\nX = where()\n"})
+    (tmp_path / "one.py").write_text('"""One script."""\n\nfrom .common import where\n\nY = where() * 2\n')
+    for src in (join(pkg), join_module(tmp_path / "one.py")):
+        assert src.index("def where") < src.index("= where()") and "from ." not in src
+        ns: dict = {}
+        exec(compile(src, "joined", "exec"), ns)
+        assert ns["where"]() == "/"
+    assert join_module(tmp_path / "one.py").startswith('"""One script."""\n')
+    (tmp_path / "common.py").write_text("from .other import Z\n")
+    with pytest.raises(ValueError, match="a shared module must not import relatively"):
+        join(pkg)
 
 
 def _package(root: Path, modules: dict[str, str], order: tuple[str, ...] | None = None) -> Path:

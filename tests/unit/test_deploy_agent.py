@@ -22,6 +22,7 @@ from sglang_patcher.deploy import (AgentClient, AgentDriftError, AgentError, Age
                                    AgentStateError, make_holder, payload_tar)
 from sglang_patcher.remote import launcher
 from sglang_patcher.transport.local import LocalTransport
+from tests.support.inode_flags import chattr  # noqa: F401  (the fixture)
 
 ORIG = {
     "sglang/srt/a.py": b"A = 1\n",
@@ -269,6 +270,91 @@ def test_write_permission_checked_before_the_first_write():
             if d.is_dir():
                 os.chmod(d, 0o755)
         shutil.rmtree(base)
+
+
+@pytest.mark.parametrize("flag,where,kind", [("+i", "sglang/srt/b.py", "immutable"),
+                                              ("+a", "sglang/srt/b.py", "append_only"),
+                                              ("+i", "sglang/srt", "immutable")])
+def test_files_that_cannot_be_replaced_are_reported_by_inspect_and_refused_before_any_write(agent, tree, chattr,
+                                                                                           flag, where, kind):
+    """An immutable or append-only file (or directory): not even root may rename over it. inspect
+    says which files and why (the client's plan refuses on it, a dry run too); push refuses before
+    its first write — no state dir, no backup, no temp file — and its hint says what to do."""
+    chattr(flag, tree / where)
+    ins = agent.inspect(sorted(NEW))
+    hit = {"sglang/srt/b.py"} if where.endswith(".py") else {"sglang/srt/a.py", "sglang/srt/b.py",
+                                                             "sglang/srt/new_dir/d.py"}
+    assert set(ins["blocked"]) == hit, ins["blocked"]
+    assert all(p["kind"] == kind and "chattr " + flag in p["line"] for ps in ins["blocked"].values() for p in ps)
+    assert ins["state_blocked"] is None
+    with pytest.raises(AgentError) as ei:
+        do_push(agent)
+    err = ei.value
+    assert err.kind == "not_writable" and "chattr " + flag in str(err) and "sglang/srt/b.py" in str(err), err
+    assert f"chattr -{flag[1]}" in err.hint, err.hint
+    assert len(err.details["problems"]) == len(hit)
+    assert not (tree / ".sglpatch").exists() and temps(tree) == []
+    assert all(live(tree, r) == sha(d) for r, d in ORIG.items())
+
+
+def test_a_push_that_fails_mid_way_is_undone_and_leaves_nothing_behind(agent, tree, monkeypatch):
+    """The second rename fails (as over an immutable file) after the first went through: every file
+    is restored and no backup, journal, lock, temp file or directory of that push is left — no
+    backup folder that no record names. On a host with history only that push's backups go."""
+    monkeypatch.setenv("SGLPATCH_AGENT_FAIL", "commit:2")
+    with pytest.raises(AgentError) as ei:
+        do_push(agent)
+    assert ei.value.kind == "push_failed" and "every file was restored" in str(ei.value), ei.value
+    assert "Operation not permitted" in str(ei.value)
+    assert all(live(tree, r) == sha(d) for r, d in ORIG.items())
+    assert not (tree / "sglang/srt/new_dir").exists() and temps(tree) == []
+    assert not (tree / ".sglpatch").exists(), sorted(map(str, (tree / ".sglpatch").rglob("*")))
+
+    monkeypatch.delenv("SGLPATCH_AGENT_FAIL")    # a host with history: one deployment, rolled back
+    first, holder = do_push(agent, did="20260101T000000Z-test-r1-bbbbbb")
+    agent.finish(first["deployment"]["id"], holder)
+    agent.rollback(first["deployment"]["id"], make_holder("rb"))
+    state = tree / ".sglpatch"
+    before = sorted(p.relative_to(state) for p in state.rglob("*") if p.name != "lock")
+    monkeypatch.setenv("SGLPATCH_AGENT_FAIL", "commit:2")
+    with pytest.raises(AgentError):
+        do_push(agent, did="20260101T000000Z-test-r1-cccccc")
+    assert sorted(p.relative_to(state) for p in state.rglob("*")) == before
+    assert [p.name for p in (state / "backups").iterdir()] == ["20260101T000000Z-test-r1-bbbbbb"]
+    ins = agent.inspect([])
+    assert ins["journal"] is None and ins["lock"] is None
+
+
+def test_prune_deletes_a_backup_no_record_names_when_the_host_holds_its_bytes_elsewhere(agent, tree):
+    """Backups an earlier sglpatch left behind after a failed push (no record, no journal names
+    them): prune deletes them whatever --keep says — a dry run only names them — when every file
+    in them is the live file or a recorded deployment's backup; one holding bytes found nowhere else
+    on the host (the originals of a deployment whose record was lost) is kept and named."""
+    backups = tree / ".sglpatch" / "backups"
+    left = backups / "20250101T000000Z-ddtree-r5-0a0a0a"      # the failed push restored a.py and b.py
+    for rel in ("sglang/srt/a.py", "sglang/srt/b.py"):
+        (left / rel).parent.mkdir(parents=True, exist_ok=True)
+        (left / rel).write_bytes(ORIG[rel])
+    lost = backups / "20250101T000000Z-ddtree-r5-1b1b1b"      # a record lost: a.py's original only here
+    (lost / "sglang/srt").mkdir(parents=True)
+    (lost / "sglang/srt/a.py").write_bytes(b"A = 0  # the original of a lost deployment\n")
+    (backups / "not-a-deployment!").mkdir()                  # not ours: never touched
+
+    dry = agent.prune(3, make_holder(None), dry_run=True)
+    assert [o["id"] for o in dry["orphans"]] == [left.name] and left.is_dir()
+    assert dry["orphans"][0]["files"] == ["sglang/srt/a.py", "sglang/srt/b.py"]
+    assert [(o["id"], o["alone"]) for o in dry["orphans_kept"]] == [(lost.name, ["sglang/srt/a.py"])]
+    out = agent.prune(3, make_holder(None))
+    assert [o["id"] for o in out["orphans"]] == [left.name] and out["pruned"] == []
+    assert not left.exists() and (lost / "sglang/srt/a.py").exists() and (backups / "not-a-deployment!").is_dir()
+    assert agent.inspect([])["lock"] is None
+    # once a recorded deployment's backup holds those bytes too, the tree goes
+    (tree / "sglang/srt/a.py").write_bytes(b"A = 0  # the original of a lost deployment\n")
+    rec, holder = do_push(agent, new={"sglang/srt/a.py": b"A = 10\n"}, force=True)
+    agent.finish(rec["deployment"]["id"], holder)
+    again = agent.prune(3, make_holder(None))
+    assert [o["id"] for o in again["orphans"]] == [lost.name] and again["orphans_kept"] == [] and not lost.exists()
+    assert (backups / rec["deployment"]["id"] / "sglang/srt/a.py").exists()
 
 
 def test_truncated_upload_writes_nothing(agent, tree):

@@ -20,6 +20,7 @@ from sglang_patcher.deploy import apply_to_host, host_status, make_holder, plan_
 from sglang_patcher.errors import CheckFailedError, DriftError, LockHeldError
 from sglang_patcher.patchset import load_patchset
 from sglang_patcher.transport.local import LocalTransport
+from tests.support.inode_flags import chattr  # noqa: F401  (the fixture)
 
 VERSION = "9.9.9"
 SPEC = "sglang/srt/spec.py"
@@ -169,6 +170,54 @@ def test_dry_run_writes_nothing(env):
     assert set(res.plan.to_push) == {SPEC, NEWMOD}
     assert_release(env)
     assert not (env.sp / ".sglpatch").exists()
+
+
+@pytest.mark.parametrize("dry_run", [True, False])
+def test_a_file_the_push_could_not_replace_is_refused_by_the_plan_before_anything_is_written(env, chattr, dry_run):
+    """An immutable file among those the apply would write: the plan refuses — a dry run too, which
+    used to say it would write them — with exit 8, naming the host, the file and why, and how to
+    clear the flag; nothing is written on the host or here. A file the plan does not touch may stay
+    immutable."""
+    from sglang_patcher.errors import DeployError
+
+    chattr("+i", env.sp / SPEC, env.sp / ARGS)       # ARGS: not touched by this patchset
+    with pytest.raises(DeployError) as ei:
+        apply(env, dry_run=dry_run)
+    err = ei.value
+    assert err.exit_code == 8 and err.kind == "not_writable", err
+    assert err.message.startswith("unit-host: cannot apply ddx r1: 1 of the 2 file(s)"), err.message
+    assert f"{SPEC} is immutable (chattr +i)" in err.message and ARGS not in err.message, err.message
+    assert "nothing was written" in err.message and "chattr -i" in err.hint, err.hint
+    assert err.details["files"].keys() == {SPEC} and err.details["kinds"] == ["immutable"]
+    assert_release(env)
+    assert not (env.sp / ".sglpatch").exists() and not list(env.home.rglob("*.json"))
+    # once the flag is cleared the same apply goes through
+    import subprocess
+    subprocess.run(["chattr", "-i", str(env.sp / SPEC)], check=True)
+    assert apply(env, dry_run=dry_run).status == ("dry_run" if dry_run else "applied")
+    if not dry_run:   # a host already carrying the revision: nothing to write, so nothing to refuse
+        chattr("+i", env.sp / SPEC, env.sp / ".sglpatch")     # the state dir too: not written by a no-op
+        assert apply(env).status == "already_applied"
+
+
+def test_an_apply_whose_push_fails_mid_way_leaves_no_backup_no_record_names(env, monkeypatch):
+    """The push fails at its second rename (as over a file made immutable after the plan): the host
+    is as before — every file restored, no backup folder left under .sglpatch/backups/ that no
+    record names, no journal, no lock — and prune has nothing to do."""
+    from sglang_patcher.deploy import prune_host
+    from sglang_patcher.errors import DeployError
+
+    monkeypatch.setenv("SGLPATCH_AGENT_FAIL", "commit:2")
+    with pytest.raises(DeployError) as ei:
+        apply(env)
+    assert ei.value.kind == "push_failed" and "every file was restored" in ei.value.message, ei.value
+    assert_release(env)
+    assert not (env.sp / ".sglpatch").exists()
+    monkeypatch.delenv("SGLPATCH_AGENT_FAIL")
+    res = prune_host(env.t, env.host, env.info, keep=0, home=env.home)
+    assert res.pruned == [] and res.orphans == [] and res.orphans_kept == []
+    st = host_status(env.t, env.host, env.info, env.ps)
+    assert st.overall == "pristine" and st.deployments == [] and st.lock is None and st.journal is None
 
 
 def test_drift_is_refused_with_the_files_named_then_forced(env):

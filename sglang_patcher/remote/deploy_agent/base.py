@@ -1,9 +1,10 @@
 """What every part of the agent shares: the state dir's name, the phases, the expected-failure
-exception and its exit code, the clock, deployment ids, user names, and the test hook that kills
-the agent at a chosen point."""
+exception and its exit code, the clock, deployment ids, and the test hooks that kill the agent, or
+make one file operation fail, at a chosen point. (User names: ``access.user_name``.)"""
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 import sys
@@ -31,18 +32,15 @@ def now():
     return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(t)) + ".%06dZ" % int((t % 1) * 1e6)
 
 
+def is_id(did):
+    """True when ``did`` has the form of a deployment id (what a name under ``backups/`` may be)."""
+    return isinstance(did, str) and bool(_ID_RE.match(did))
+
+
 def check_id(did):
-    if not isinstance(did, str) or not _ID_RE.match(did):
+    if not is_id(did):
         raise Fail("bad_args", "bad deployment id %r" % (did,))
     return did
-
-
-def user_name(uid):
-    try:
-        import pwd
-        return pwd.getpwuid(uid).pw_name
-    except (ImportError, KeyError):
-        return str(uid)
 
 
 def crash_point(point, count):
@@ -51,3 +49,13 @@ def crash_point(point, count):
     if spec and spec == "%s:%d" % (point, count):
         sys.stdout.flush()
         os._exit(137)
+
+
+def fail_point(point, count, path):
+    """Test hook: raise the ``PermissionError`` (EPERM) that renaming over an immutable file gives when
+    ``SGLPATCH_AGENT_FAIL`` is ``point:count`` — ``commit:n``: the n-th rename of a push fails — so
+    tests can make a push fail mid-way, after some files were renamed, whatever the host allows."""
+    spec = os.environ.get("SGLPATCH_AGENT_FAIL")
+    if spec and spec == "%s:%d" % (point, count):
+        raise PermissionError(errno.EPERM, "Operation not permitted (test hook SGLPATCH_AGENT_FAIL=%s)" % spec,
+                              path)

@@ -29,12 +29,14 @@ class HostLock:
         """Take the lock for ``holder`` (a dict with a ``token``). Returns acquired|held|broken."""
         if not isinstance(holder, dict) or not holder.get("token"):
             raise Fail("bad_args", "holder with a token is required")
-        os.makedirs(self.state, exist_ok=True)
         data = json.dumps(holder, sort_keys=True).encode()
         broken = False
         for _ in range(3):
+            os.makedirs(self.state, exist_ok=True)
             try:
                 fd = os.open(self.lock_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            except FileNotFoundError:
+                continue   # the state dir went meanwhile (a failed first push removes the one it made)
             except FileExistsError:
                 cur = self.read_lock()
                 if cur is None:

@@ -8,7 +8,8 @@ import os
 import sys
 
 from .backup import op_backup_tar, op_put_backups
-from .base import EXPECTED_FAILURE_EXIT, Fail, user_name
+from ..access import user_name
+from .base import EXPECTED_FAILURE_EXIT, Fail
 from .checks import op_compile
 from .inspection import op_history, op_inspect
 from .prune import op_prune

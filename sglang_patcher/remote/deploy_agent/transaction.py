@@ -1,79 +1,26 @@
-"""The deployment transaction (``push``): check the payload, disk and permissions, take the lock,
-check drift, journal ``staging``, back up the originals, stage each new file beside its target and
-verify it, journal ``committing``, rename them over the targets, journal ``pushed``, write the
-record — undone in full on any failure. Then ``resume`` (finish an interrupted push), ``finish``
-(verified: drop the journal, release the lock) and ``unlock``."""
+"""The deployment transaction (``push``): check the payload, disk and permissions (:mod:`preflight`),
+take the lock, check drift, journal ``staging``, back up the originals, stage each new file beside
+its target and verify it, journal ``committing``, rename them over the targets, journal ``pushed``,
+write the record — undone in full on any failure: every file restored, then what the push created
+(its backups, and the backups dir and state dir when it made them) removed, then the journal
+dropped. Then ``resume`` (finish an interrupted push), ``finish`` (verified: drop the journal,
+release the lock) and ``unlock``."""
 
 from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import stat
 import sys
 
+from ..access import user_name
 from .backup import check_backups, restore_plan
-from .base import Fail, check_id, crash_point, now, user_name
-from .files import (dir_facts, file_info, fsync_dir, nearest_existing, purge_bytecode, read_payload, remove_quiet,
-                    sha256_file, stage_file, write_atomic, write_json)
+from .base import Fail, check_id, crash_point, fail_point, now
+from .files import (file_info, fsync_dir, purge_bytecode, read_payload, remove_quiet, sha256_file, stage_file,
+                    write_atomic, write_json)
 from .host import HostState
-
-
-def preflight(h, files, payload, reserve):
-    """Free disk and write permission, before the first write. Raises Fail(no_space|not_writable)."""
-    euid = os.geteuid()
-    me = user_name(euid)
-    groups = set(os.getgroups()) | {os.getegid()}
-    problems = []
-    by_reason = {}   # one line per reason, naming its files: the same reason for 20 files is one line
-    need_target = 0
-    need_state = 0
-
-    def problem(reason, rel, line):
-        problems.append(line)
-        by_reason.setdefault(reason, []).append(rel)
-
-    for rel, spec in files.items():
-        t = h.target(rel)
-        parent = nearest_existing(os.path.dirname(t))
-        if not os.access(parent, os.W_OK | os.X_OK):
-            problem("directories not writable by %s" % me, rel,
-                    "%s: directory %s is not writable by %s" % (rel, parent, me))
-        info = file_info(t)
-        if info["exists"]:
-            if info["type"] != "file":
-                raise Fail("not_regular", "%s is a %s, not a regular file; sglpatch replaces regular files "
-                           "only" % (t, info["type"]))
-            need_state += info["size"]
-            if euid != 0 and info["uid"] != euid:
-                problem("owned by %s: as %s their owner cannot be kept" % (user_name(info["uid"]), me), rel,
-                        "%s is owned by %s; as %s its owner cannot be kept" % (rel, user_name(info["uid"]), me))
-            elif euid != 0 and info["gid"] not in groups:
-                problem("group %d, which %s is not in: their group cannot be kept" % (info["gid"], me), rel,
-                        "%s has group %d, which %s is not in; its group cannot be kept" % (rel, info["gid"], me))
-        if spec["action"] == "write":
-            need_target += len(payload[rel])
-    st = dir_facts(h.state)
-    said = []
-    for reason, rels in by_reason.items():
-        rels = sorted(rels)
-        said.append("%d file(s) %s: %s%s" % (len(rels), reason, ", ".join(rels[:3]),
-                                             " and %d more" % (len(rels) - 3) if len(rels) > 3 else ""))
-    if not st["writable"]:
-        line = "state dir %s (checked %s) is not writable by %s" % (h.state, st["checked"], me)
-        problems.append(line)
-        said.append(line)
-    if problems:
-        raise Fail("not_writable", "; ".join(said), problems=problems)
-    sp = dir_facts(h.root)
-    if sp["dev"] == st["dev"]:
-        checks = [(sp, need_target + need_state)]
-    else:
-        checks = [(sp, need_target), (st, need_state)]
-    for facts, need in checks:
-        if facts["free_bytes"] is not None and facts["free_bytes"] - need < reserve:
-            raise Fail("no_space", "%s has %d bytes free; this deployment needs %d plus a reserve of %d"
-                       % (facts["checked"], facts["free_bytes"], need, reserve),
-                       free_bytes=facts["free_bytes"], need_bytes=need, reserve_bytes=reserve)
+from .preflight import preflight
 
 
 def build_plan(h, files, live):
@@ -149,6 +96,7 @@ def op_push(a):
     preflight(h, files, payload, int(a.get("reserve_bytes", 16 << 20)))
 
     holder = a.get("holder")
+    had_state = os.path.isdir(h.state)
     got = h.acquire(holder, bool(a.get("break_lock")))
     try:
         j = h.journal()
@@ -168,6 +116,8 @@ def op_push(a):
     except (Fail, OSError) as exc:
         if got in ("acquired", "broken"):
             h.release(holder)
+            if not had_state:
+                remove_empty_dir(h.state)
         if isinstance(exc, OSError):
             raise Fail("push_failed", "push of %s failed before any write (%s: %s)" % (did, type(exc).__name__, exc))
         raise
@@ -177,6 +127,7 @@ def op_push(a):
                "user": user_name(os.geteuid()), "files": plan, "created_dirs": created_dirs,
                "forced": bool(drift), "drift": drift, "phase": "staging", "times": {"started": now()},
                "site_packages": h.root}
+    had_backups = os.path.isdir(h.backups_dir)
     try:
         h.set_phase(journal, "staging")
         # back up the originals (with their hashes in the plan)
@@ -213,11 +164,42 @@ def op_push(a):
         except (OSError, Fail) as exc2:
             raise Fail("push_failed", "push of %s failed (%s) and undoing it failed too (%s); the journal "
                        "%s is left for the next run" % (did, reason, exc2, h.journal_path))
+        left = discard_backups(h, did, had_backups)
+        if left:   # the journal names them: the next apply or rollback records them, prune deletes them
+            h.release(holder, force=True)
+            raise Fail("push_failed", "push of %s failed (%s); every file was restored, but its backups could "
+                       "not be deleted (%s): the journal %s is left, so that the next apply or rollback records "
+                       "them and `sglpatch prune` deletes them" % (did, reason, ", ".join(left[:4]), h.journal_path))
         h.drop_journal()
         h.release(holder, force=True)
+        if not had_state:
+            remove_empty_dir(h.state)
         kind = exc.kind if isinstance(exc, Fail) and exc.kind in ("drift", "verify_failed") else "push_failed"
-        raise Fail(kind, "push of %s failed (%s); every file was restored" % (did, reason))
+        raise Fail(kind, "push of %s failed (%s); every file was restored and nothing it wrote is left on "
+                   "the host" % (did, reason))
     return {"deployment": journal}
+
+
+def discard_backups(h, did, had_backups):
+    """After a failed push was undone (every file back to its ``before``, verified): delete its
+    backups — no record will name them — and the backups dir when this push made it and it is empty
+    now. Returns the paths that could not be deleted (the caller then keeps the journal)."""
+    left = []
+    top = os.path.join(h.backups_dir, did)
+    if os.path.isdir(top):
+        shutil.rmtree(top, onerror=lambda _f, path, _e: left.append(path))
+    if not left and not had_backups:
+        remove_empty_dir(h.backups_dir)
+    fsync_dir(h.backups_dir if had_backups else h.state)
+    return left
+
+
+def remove_empty_dir(path):
+    """rmdir ``path`` when it is empty (a dir this push made and left nothing in); else leave it."""
+    try:
+        os.rmdir(path)
+    except OSError:
+        pass
 
 
 def commit(h, did, plan, resume=False):
@@ -231,6 +213,7 @@ def commit(h, did, plan, resume=False):
             tmp = h.temp_for(rel, did)
             if resume and not os.path.exists(tmp):
                 continue  # already renamed (checked by the caller)
+            fail_point("commit", n + 1, t)
             os.replace(tmp, t)
             n += 1
             crash_point("commit", n)

@@ -1,0 +1,152 @@
+"""What would stop this user's push, found before anything is written: per touched file, what makes
+its replacement fail — its directory (for a new file, the nearest one that exists) not writable by
+this user, immutable or append-only (``chattr``) or on a read-only filesystem; the file itself
+immutable or append-only (not even root may rename over it or unlink it); an owner or group this
+user could not give the new file — and a state dir this user cannot write; then free disk.
+``inspect`` reports the problems of every path it is asked about (``blocked``), so that the
+client's plan — a dry run too — refuses on them; ``push`` checks the same again, with the same
+code, before its first write. The test of a path is :mod:`access`'s, which ``hosts --check`` uses."""
+
+from __future__ import annotations
+
+import os
+
+from ..access import attr_problem, user_name, write_problem
+from .base import Fail
+from .files import dir_facts, file_info, nearest_existing
+
+# what each kind of problem of a file's directory / of the file itself says, after "N file(s) "
+_DIR_REASON = {"permission": "in a directory not writable by %(me)s",
+               "immutable": "in an immutable directory (chattr +i)",
+               "append_only": "in an append-only directory (chattr +a)",
+               "read_only": "on a read-only filesystem"}
+_FILE_REASON = {"immutable": "immutable (chattr +i)", "append_only": "append-only (chattr +a)"}
+
+
+class Who:
+    """The user the agent runs as: ``euid``, ``me`` (the name), ``groups``."""
+
+    def __init__(self):
+        self.euid = os.geteuid()
+        self.me = user_name(self.euid)
+        self.groups = set(os.getgroups()) | {os.getegid()}
+
+
+def dir_problem(path):
+    """``(kind, why)`` when this user cannot add, replace and remove entries of the directory
+    ``path``, else None: its flags first (an append-only directory passes ``access``)."""
+    return attr_problem(path) or write_problem(path, search=True)
+
+
+def target_problems(h, rel, info, who, action="write"):
+    """What stops this user from replacing (``write``) or deleting (``delete``) the file at ``rel``
+    (``info``: its :func:`file_info`): ``[{"reason", "kind", "line"}]`` — ``reason`` the words that
+    group files alike, ``kind`` immutable|append_only|read_only|permission|owner, ``line`` this file's
+    own sentence; a problem of the directory also has ``dir`` (the one checked) and ``why``. A link
+    or other non-regular file is left to the push (``not_regular``)."""
+    t = h.target(rel)
+    out = []
+    parent = nearest_existing(os.path.dirname(t))
+    problem = dir_problem(parent)
+    if problem is not None:
+        kind, why = problem
+        out.append({"reason": _DIR_REASON[kind] % {"me": who.me}, "kind": kind, "dir": parent, "why": why,
+                    "line": "%s: directory %s %s" % (rel, parent, why)})
+    if not info.get("exists") or info.get("type") != "file":
+        return out
+    problem = attr_problem(t)
+    if problem is not None:
+        kind, why = problem
+        out.append({"reason": _FILE_REASON[kind], "kind": kind, "line": "%s %s" % (rel, why)})
+    if action != "write" or who.euid == 0:
+        return out   # a deleted file keeps no owner; root gives any
+    if info["uid"] != who.euid:
+        owner = user_name(info["uid"])
+        out.append({"reason": "owned by %s: as %s their owner cannot be kept" % (owner, who.me), "kind": "owner",
+                    "line": "%s is owned by %s; as %s its owner cannot be kept" % (rel, owner, who.me)})
+    elif info["gid"] not in who.groups:
+        out.append({"reason": "of group %d, which %s is not in: their group cannot be kept" % (info["gid"], who.me),
+                    "kind": "owner",
+                    "line": "%s has group %d, which %s is not in; its group cannot be kept"
+                            % (rel, info["gid"], who.me)})
+    return out
+
+
+def state_problem(h, who):
+    """``{"reason", "kind", "line"}`` when this user cannot write the state dir (or, while it does
+    not exist, the nearest directory above it that does), else None."""
+    checked = nearest_existing(h.state)
+    problem = dir_problem(checked)
+    if problem is None:
+        return None
+    kind, why = problem
+    return {"reason": "state dir not writable", "kind": kind,
+            "line": "state dir %s (checked %s) %s" % (h.state, checked, why)}
+
+
+def blocked(h, paths, infos):
+    """``inspect``'s report: ``({rel: [problem]}, state dir problem or None)`` for ``paths``, each
+    judged as a write (the client leaves out the owner problems of files it deletes)."""
+    who = Who()
+    files = {}
+    for rel in paths:
+        found = target_problems(h, rel, infos[rel], who)
+        if found:
+            files[rel] = found
+    return files, state_problem(h, who)
+
+
+def say(problems, shown=3):
+    """One sentence per reason, naming its first files: the same reason for 20 files is one line."""
+    by_reason = {}
+    for rel, p in problems:
+        by_reason.setdefault(p["reason"], []).append(rel)
+    said = []
+    for reason, rels in by_reason.items():
+        rels = sorted(set(rels))
+        said.append("%d file(s) %s: %s%s" % (len(rels), reason, ", ".join(rels[:shown]),
+                                             " and %d more" % (len(rels) - shown) if len(rels) > shown else ""))
+    return said
+
+
+def preflight(h, files, payload, reserve):
+    """Before the first write: every touched file replaceable (:func:`target_problems`), the state
+    dir writable, free disk for the new files and the backups. Raises Fail(not_regular) for a link
+    or other non-regular file, Fail(not_writable) naming each problem (``problems``: one line per
+    file and problem; ``kinds``: which kinds of problem, for the client's hint), Fail(no_space)."""
+    who = Who()
+    problems = []
+    need_target = 0
+    need_state = 0
+    for rel, spec in files.items():
+        t = h.target(rel)
+        info = file_info(t)
+        if info["exists"]:
+            if info["type"] != "file":
+                raise Fail("not_regular", "%s is a %s, not a regular file; sglpatch replaces regular files "
+                           "only" % (t, info["type"]))
+            need_state += info["size"]
+        problems += [(rel, p) for p in target_problems(h, rel, info, who, spec["action"])]
+        if spec["action"] == "write":
+            need_target += len(payload[rel])
+    said = say(problems)
+    lines = [p["line"] for _rel, p in problems]
+    kinds = {p["kind"] for _rel, p in problems}
+    sp_problem = state_problem(h, who)
+    if sp_problem is not None:
+        lines.append(sp_problem["line"])
+        said.append(sp_problem["line"])
+        kinds.add("state_dir")
+    if lines:
+        raise Fail("not_writable", "; ".join(said), problems=lines, kinds=sorted(kinds), user=who.me)
+    st = dir_facts(h.state)
+    sp = dir_facts(h.root)
+    if sp["dev"] == st["dev"]:
+        checks = [(sp, need_target + need_state)]
+    else:
+        checks = [(sp, need_target), (st, need_state)]
+    for facts, need in checks:
+        if facts["free_bytes"] is not None and facts["free_bytes"] - need < reserve:
+            raise Fail("no_space", "%s has %d bytes free; this deployment needs %d plus a reserve of %d"
+                       % (facts["checked"], facts["free_bytes"], need, reserve),
+                       free_bytes=facts["free_bytes"], need_bytes=need, reserve_bytes=reserve)
