@@ -107,17 +107,12 @@ def read_requirements(path: Path) -> list[str]:
     return out
 
 
-def pristine_venv(name: str = "sglang", extra: list[str] | None = None,
-                  version: str = SGLANG_VERSION, *, fingerprint: str = "",
-                  post_install: Callable[[str, dict[str, str]], None] | None = None) -> Path:
-    """The cached pristine venv (built now if missing); see the module doc.
-
-    ``fingerprint``: part of the cache key (e.g. a hash of local packages ``post_install`` puts
-    in); ``post_install(python, env)``: runs after the pip installs, before the venv is sealed.
-    """
-    py = _python_for_venvs()
-    extra = list(extra or [])
-    key_parts = (py, version, extra, 1) if not fingerprint else (py, version, extra, 1, fingerprint)
+def _cached_venv(name: str, version: str, key_parts: tuple, build: Callable[[Path, dict[str, str]], str]) -> Path:
+    """The cache entry ``<cache>/<name>-<version>-<hash of key_parts>``: returned as it is when
+    complete, else made now under the cache lock by ``build(dest, env)`` (``env``: this process's
+    environment without PYTHONPATH/VIRTUAL_ENV; it returns the text of the completion marker), then
+    sealed readable for everyone and marked complete. Whatever ``build`` raises propagates; a
+    half-made entry is rebuilt from scratch next time."""
     key = hashlib.sha256(repr(key_parts).encode()).hexdigest()[:12]
     root = cache_root()
     dest = root / f"{name}-{version}-{key}"
@@ -131,6 +126,25 @@ def pristine_venv(name: str = "sglang", extra: list[str] | None = None,
         if dest.exists():
             shutil.rmtree(dest)
         env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+        marker = build(dest, env)
+        _seal(dest)
+        done.write_text(marker)
+    return dest
+
+
+def pristine_venv(name: str = "sglang", extra: list[str] | None = None,
+                  version: str = SGLANG_VERSION, *, fingerprint: str = "",
+                  post_install: Callable[[str, dict[str, str]], None] | None = None) -> Path:
+    """The cached pristine venv (built now if missing); see the module doc.
+
+    ``fingerprint``: part of the cache key (e.g. a hash of local packages ``post_install`` puts
+    in); ``post_install(python, env)``: runs after the pip installs, before the venv is sealed.
+    """
+    py = _python_for_venvs()
+    extra = list(extra or [])
+    key_parts = (py, version, extra, 1) if not fingerprint else (py, version, extra, 1, fingerprint)
+
+    def build(dest: Path, env: dict[str, str]) -> str:
         subprocess.run([py, "-m", "venv", str(dest)], check=True, capture_output=True, env=env)
         vpy = str(dest / "bin" / "python")
         pip(vpy, ["install", "--no-deps", f"sglang=={version}"], env)
@@ -138,9 +152,9 @@ def pristine_venv(name: str = "sglang", extra: list[str] | None = None,
             pip(vpy, ["install", *extra], env)
         if post_install is not None:
             post_install(vpy, env)
-        _seal(dest)
-        done.write_text(f"{version} {extra}\n")
-    return dest
+        return f"{version} {extra}\n"
+
+    return _cached_venv(name, version, key_parts, build)
 
 
 def release_swap_venv(base: Path, version: str, name: str) -> Path:
@@ -148,22 +162,13 @@ def release_swap_venv(base: Path, version: str, name: str) -> Path:
     place of its SGLang (built now if missing): for another release with the same dependency set.
     Every other package is a hard link to ``base``'s files (see :func:`clone_venv`), so it builds
     in seconds instead of a second pip install of the whole set. RuntimeError when pip fails."""
-    key = hashlib.sha256(repr((str(base), version, 1)).encode()).hexdigest()[:12]
-    root = cache_root()
-    dest = root / f"{name}-{version}-{key}"
-    done = dest / ".sglpatch-complete"
-    if done.exists():
-        return dest
-    with locked(root / ".lock"):
-        if done.exists():
-            return dest
+    def build(dest: Path, env: dict[str, str]) -> str:
         clone_venv(base, dest, share_deps=True)
         (dest / ".sglpatch-complete").unlink(missing_ok=True)     # base's marker, copied
-        env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
         pip(str(dest / "bin" / "python"), ["install", "--no-deps", f"sglang=={version}"], env)
-        _seal(dest)
-        done.write_text(f"{version} from {base.name}\n")
-    return dest
+        return f"{version} from {base.name}\n"
+
+    return _cached_venv(name, version, (str(base), version, 1), build)
 
 
 def _seal(dest: Path) -> None:

@@ -1,7 +1,7 @@
 """Let PyPI's torchvision import beside CPU torch.
 
-SGLang 0.5.23 imports ``torchvision.transforms`` at start-up even for text models. PyPI's
-torchvision 0.28.0 is a CUDA build: its ``_C`` extension does not load with CPU torch, so its
+SGLang (0.5.21 to 0.5.23) imports ``torchvision.transforms`` at start-up even for text models.
+PyPI's torchvision 0.28.0 is a CUDA build: its ``_C`` extension does not load with CPU torch, so its
 operators are never defined, and ``torchvision/_meta_registrations.py`` then fails at import on its
 two unguarded ``torch.library.register_fake("torchvision::nms" / "::qnms")`` decorators
 ("operator torchvision::nms does not exist"). Defining those two schemas first (what ``_C`` would
