@@ -21,7 +21,8 @@ from .errors import (ApplyError, CheckFailedError, ConfigError, DeployError, Dis
 from .inventory import Host, Inventory, load_inventory
 from .manifest import FileEntry, Manifest, read_record
 from .mirror import Mirror, SnapshotResult, snapshot
-from .patchset import Patchset, add_target, load_patchset, refresh_hashes
+from .patchset import Patchset, load_patchset
+from .patchset_write import add_target, refresh_hashes
 from .port import PortResult, port_series
 from .transport import CommandResult, LocalTransport, Transport, connect
 from .wheelcache import WheelTree, pristine_tree

@@ -25,6 +25,8 @@ prints ``str(exc)`` (plus the hint) and exits with ``exc.exit_code``. Errors of 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 
 class SglpatchError(Exception):
     """Base of all sglpatch errors. ``hint`` says what the user should do next."""
@@ -116,3 +118,14 @@ class CheckFailedError(SglpatchError):
 
 class StateError(SglpatchError):
     exit_code = 10
+
+
+def first_few(items: Sequence[str], shown: int, *, sep: str = ", ", noun: str = "") -> str:
+    """The first ``shown`` of ``items`` joined by ``sep``, then ``and N more [noun]`` for the rest
+    (joined by ``sep`` when it is not a comma): how a message names a long list of files or changes."""
+    head = sep.join(items[:shown])
+    rest = len(items) - shown
+    if rest <= 0:
+        return head
+    joiner = " " if sep.strip() == "," else sep
+    return f"{head}{joiner}and {rest} more" + (f" {noun}" if noun else "")

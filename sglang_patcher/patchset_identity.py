@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .errors import ConfigError, PatchsetError
+from .errors import ConfigError, PatchsetError, first_few
 from .patchset import Patchset, available_patchsets, load_patchset
 
 __all__ = ["check_not_an_impostor", "check_port_finished"]
@@ -44,7 +44,7 @@ def check_not_an_impostor(ps: Patchset, version: str, search: list[Path] | None 
     mine = ps.target(version).expected
     differ = sorted(p for p in set(mine) | set(theirs.expected) if mine.get(p) != theirs.expected.get(p))
     if differ:
-        shown = ", ".join(differ[:4]) + (f" and {len(differ) - 4} more" if len(differ) > 4 else "")
+        shown = first_few(differ, 4)
         raise PatchsetError(
             f"{ps.root}: says {ps.name} r{ps.revision}, but {ps.name} r{ps.revision} here ({home}) "
             f"makes other files for sglang {version}: {shown}",
@@ -62,7 +62,7 @@ def check_port_finished(ps: Patchset, version: str) -> None:
     left = ps.target(version).left_out
     if not left:
         return
-    shown = "; ".join(left[:4]) + (f"; and {len(left) - 4} more" if len(left) > 4 else "")
+    shown = first_few(left, 4, sep="; ")
     raise PatchsetError(
         f"{ps.yaml_path}: the target {version} of {ps.name} r{ps.revision} is a partial port — "
         f"{len(left)} change(s) left out: {shown}",

@@ -28,7 +28,7 @@ patched) with diff3 markers, for a person to resolve.
 
 :func:`write_port` writes a result into a patchset directory: the series under ``sglang-<to>/``, the
 target (series, ``new_files``) added to ``patchset.yaml`` and pinned by the refresh machinery
-(:func:`.patchset.add_target`) — only when every hunk carried, or with ``partial``. Nothing here
+(:func:`.patchset_write.add_target`) — only when every hunk carried, or with ``partial``. Nothing here
 downloads anything: the trees come as readers (``service_port.port_patchset`` uses the PyPI wheels).
 """
 
@@ -53,9 +53,10 @@ from unidiff import PatchSet
 from unidiff.errors import UnidiffParseError
 
 from .applier import ApplyResult, FileChange, apply_series
-from .errors import ApplyError, ConfigError, PatchsetError, SglpatchError
+from .errors import ApplyError, ConfigError, PatchsetError, SglpatchError, first_few
 from .merge3 import Conflict, merge3, split_lines
-from .patchset import Patchset, add_target
+from .patchset import Patchset
+from .patchset_write import add_target
 
 __all__ = ["HunkPort", "FilePort", "PatchPort", "NewFilePort", "PortResult", "port_series", "write_port",
            "write_conflicts", "save_report", "CARRIED", "BLOCKING", "MOVE_SIMILARITY"]
@@ -510,8 +511,7 @@ class _Porter:
         if not hits:
             return f"none of its context lines occur in sglang {self.to}"
         return (f"its context lines occur in sglang {self.to} in "
-                + ", ".join(f"{q} ({n} of {len(keys)})" for n, q in hits[:3])
-                + (f" and {len(hits) - 3} more file(s)" if len(hits) > 3 else ""))
+                + first_few([f"{q} ({n} of {len(keys)})" for n, q in hits], 3, noun="file(s)"))
 
     # --- one hunk
 

@@ -109,7 +109,7 @@ def refresh_patchset(name: str, version: str, *, tree: Path | None = None, unver
     one is taken as it is). Raises UnsupportedVersionError (before any download) when
     ``name`` has no target ``version``, ConfigError when ``tree`` holds no ``sglang/`` package,
     ApplyError when the series no longer applies to that release."""
-    from .patchset import refresh_hashes
+    from .patchset_write import refresh_hashes
     from .wheelcache import pristine_tree
 
     ps = load_patchset(name)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..errors import first_few
 from ..remote.agent_client import AgentError, not_writable_hint
 from .results import DeployPlan
 
@@ -71,7 +72,6 @@ def _grouped(found: dict[str, list[dict[str, Any]]], site: str | None) -> list[s
         elif dirs:
             rel = [d if not site or not d.startswith(site.rstrip("/") + "/") else d[len(site.rstrip("/")) + 1:]
                    for d, _why in dirs]
-            where = f" ({', '.join(rel[:2])}" + (f" and {len(rel) - 2} more directories" if len(rel) > 2 else "") + ")"
-        out.append(f"{len(paths)} file(s) {reason}{where}: {', '.join(paths[:_SHOWN])}"
-                   + (f" and {len(paths) - _SHOWN} more" if len(paths) > _SHOWN else ""))
+            where = f" ({first_few(rel, 2, noun='directories')})"
+        out.append(f"{len(paths)} file(s) {reason}{where}: {first_few(paths, _SHOWN)}")
     return out

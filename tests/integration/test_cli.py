@@ -410,7 +410,7 @@ def test_status_is_patched_after_a_rolled_back_revision_that_created_a_file(
     import shutil
 
     from sglang_patcher.inventory import Host
-    from sglang_patcher.patchset import refresh_hashes
+    from sglang_patcher.patchset_write import refresh_hashes
     from sglang_patcher.wheelcache import pristine_tree
 
     extra = tmp_path / "extra"

@@ -13,7 +13,8 @@ import pytest
 import yaml
 
 from sglang_patcher.errors import ApplyError, ConfigError, PatchsetError, UnsupportedVersionError
-from sglang_patcher.patchset import available_patchsets, load_patchset, refresh_hashes
+from sglang_patcher.patchset import available_patchsets, load_patchset
+from sglang_patcher.patchset_write import refresh_hashes
 
 V = "0.5.23"
 SPEC = "sglang/srt/speculative/spec_info.py"
@@ -449,7 +450,7 @@ def test_refresh_names_the_changes_a_release_already_carries(tmp_path, capsys):
 
 
 def test_refresh_writes_scalars_that_read_back_as_strings():
-    from sglang_patcher.patchset import _scalar
+    from sglang_patcher.patchset_write import _scalar
     for value in ["0" * 64, "1234" * 16, "ab" * 32, "sglang/srt/x.py", "true", "null", "0.5.23", "1e5"]:
         assert yaml.safe_load(f"k: {_scalar(value)}") == {"k": value}
     assert _scalar("ab" * 32) == "ab" * 32          # plain where safe: a refresh of a plain file is a no-op diff

@@ -19,7 +19,8 @@ from sglang_patcher.applier import apply_series
 from sglang_patcher.cli import main
 from sglang_patcher.errors import ConfigError, PatchsetError
 from sglang_patcher.manifest import FileEntry, Manifest
-from sglang_patcher.patchset import load_patchset, refresh_hashes
+from sglang_patcher.patchset import load_patchset
+from sglang_patcher.patchset_write import refresh_hashes
 from sglang_patcher.patchset_identity import check_port_finished
 from sglang_patcher.port import port_series, write_port
 
