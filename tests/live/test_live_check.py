@@ -115,8 +115,9 @@ def test_a_port_in_use_is_named(host: SshHost, live_models) -> None:
 
 def test_ctrl_c_during_l2_stops_the_server(host: SshHost, live_models) -> None:
     host.write(cpu_serve_profile(live_models["random"], port_range(5)))
+    before = host.records()
     client = host.popen("check", "--host", host.name, "--level", "2")
-    rec = host.wait_for_record()
+    rec = host.wait_for_record(before)
     time.sleep(3)                                  # the server is loading
     client.send_signal(signal.SIGINT)
     out, err = client.communicate(timeout=180)
@@ -126,8 +127,9 @@ def test_ctrl_c_during_l2_stops_the_server(host: SshHost, live_models) -> None:
 
 def test_a_leftover_server_is_named_then_stopped(host: SshHost, live_models) -> None:
     host.write(cpu_serve_profile(live_models["random"], port_range(5)))
+    before = host.records()
     client = host.popen("check", "--host", host.name, "--level", "2")
-    rec = host.wait_for_record()
+    rec = host.wait_for_record(before)
     client.kill()                                  # the client dies without stopping anything
     client.communicate(timeout=60)
     assert host.running(), "the server should outlive a killed client (a leftover)"

@@ -62,9 +62,14 @@ class SshHost:
                               text=True, env=self.env(), timeout=timeout, cwd=REPO)
 
     def popen(self, *args: str) -> subprocess.Popen[str]:
-        """The CLI as a child process; stdout and stderr apart (``communicate()`` returns both)."""
+        """The CLI as a child process; stdout and stderr apart (``communicate()`` returns both).
+
+        The child starts with SIGINT at its default action, as in a terminal: a test run in the
+        background (``cmd &``, nohup, some CI runners) has SIGINT ignored, the child would inherit
+        that and Python would then never raise KeyboardInterrupt for a Ctrl-C."""
         return subprocess.Popen([sys.executable, "-m", "sglang_patcher", *args], stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True, env=self.env(), cwd=REPO)
+                                stderr=subprocess.PIPE, text=True, env=self.env(), cwd=REPO,
+                                preexec_fn=_default_sigint)
 
     @property
     def servers_dir(self) -> Path:
@@ -83,14 +88,17 @@ class SshHost:
                 pass
         return out
 
-    def wait_for_record(self, timeout: float = 120) -> dict:
+    def wait_for_record(self, before: list[dict], timeout: float = 120) -> dict:
+        """The first server record that is not in ``before`` (taken before the client started):
+        a record an earlier test left behind must not count as this client's server."""
+        seen = {r["name"] for r in before}
         t0 = time.monotonic()
         while time.monotonic() - t0 < timeout:
-            recs = self.records()
-            if recs:
-                return recs[0]
+            fresh = [r for r in self.records() if r["name"] not in seen]
+            if fresh:
+                return fresh[0]
             time.sleep(0.5)
-        raise AssertionError(f"no server record appeared in {self.servers_dir}")
+        raise AssertionError(f"no new server record appeared in {self.servers_dir}")
 
     def kill_all(self) -> None:
         for rec in self.running():
@@ -98,6 +106,10 @@ class SshHost:
                 os.killpg(int(rec["pgid"]), signal.SIGKILL)
             except ProcessLookupError:
                 pass
+
+
+def _default_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def ssh_venv(sshd, pristine: Path, tmp_path_factory, name: str) -> venvs.TargetVenv:
