@@ -1297,3 +1297,39 @@ def test_prune_deletes_a_backup_folder_a_failed_push_left_that_no_record_names(c
     assert data["orphans"][0]["files"] == [spec] and not left.exists()
     code, out, _ = run_cli(capsys, *h, "prune", "--host", "here")
     assert code == 0 and "nothing to prune" in out, out
+
+
+def test_apply_refuses_a_partial_port_target_and_writes_nothing(capsys, tmp_path, sglpatch_home, local_target):
+    """A target that `patchset port --partial` wrote (``left_out`` listed) is refused by apply
+    (exit 3) naming patchset.yaml, the target and the change; deleting the list lets it through."""
+    import shutil
+
+    from sglang_patcher.inventory import Host
+    from sglang_patcher.patchset import available_patchsets
+
+    copy = tmp_path / "ddtree-ported"
+    shutil.copytree(available_patchsets()["ddtree"], copy, ignore=shutil.ignore_patterns("history"))
+    doc_path = copy / "patchset.yaml"
+    doc = yaml.safe_load(doc_path.read_text())
+    doc["name"] = "ddtree-ported"                 # another patchset, not an edited ddtree r<N>
+    doc.pop("history", None)
+    doc.pop("withdrawn", None)
+    change = "sglang-0.5.23/0004-ddtree-validation.patch: sglang/srt/server_args.py hunk 2 (conflict)"
+    doc["targets"]["0.5.23"]["left_out"] = [change]
+    doc_path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    hosts = write_hosts(tmp_path / "hosts.yaml", Host(name="here", transport="local", python=str(local_target)))
+    site = local_target.site_packages
+
+    def tree() -> dict[str, str]:
+        return {str(f): hashlib.sha256(f.read_bytes()).hexdigest() for f in (site / "sglang").rglob("*.py")}
+    before = tree()
+    code, data, err = run_json(capsys, "--hosts", str(hosts), "apply", str(copy), "--host", "here", "--yes")
+    assert code == 3 and data["exit_code"] == 3, err
+    assert str(doc_path) in data["error"] and "partial port" in data["error"] and change in data["error"], data
+    assert "targets.0.5.23.left_out" in data["hint"], data
+    assert tree() == before, "a refused apply writes nothing"
+    assert not any((site / ".sglpatch").rglob("*.json")), "no deployment record"
+    del doc["targets"]["0.5.23"]["left_out"]
+    doc_path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    code, data, err = run_json(capsys, "--hosts", str(hosts), "apply", str(copy), "--host", "here", "--yes")
+    assert code == 0 and data["status"] == "applied", err
