@@ -46,6 +46,10 @@ _FIRST = ("live-greedy", "live-ssh-host", "tests/live/", "tests/integration/")
 
 def _xdist_group(item: pytest.Item) -> str:
     names = getattr(item, "fixturenames", ())
+    # sudo rights are machine-wide (/etc/sudoers.d) and every worker's sshd logs in the same user:
+    # a test that grants them and one that needs them absent must not run at the same time
+    if "ssh_user_sudo" in names or item.get_closest_marker("no_sudo") is not None:
+        return "sudoers"
     for fixture, group in _SHARED_SESSION_GROUPS.items():
         if fixture in names:
             return group

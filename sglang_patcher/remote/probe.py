@@ -8,7 +8,7 @@ only, never ``import sglang`` (slow on a GPU host, broken on a ``--no-deps`` ins
 Ops:
   probe {record: bool=true}  -> interpreter facts, every visible ``sglang`` distribution, the package
       dir ``importlib.util.find_spec`` resolves (without executing it), writability (the first
-      entries this user cannot change, each with why: ``access.write_problem``), free bytes, and
+      entries that stop this user's apply, each with why: ``access.dir_problem`` / ``replace_problem``), free bytes, and
       (when exactly one distribution is visible and ``record``) its RECORD as {path: hex sha256|null}.
   hash {site_packages, dist_info, package="sglang", cache=false, racy_s=2} -> {"files": [[path, sha256, size,
       mode], ...], "cache": {"hits", "hashed"}} for ``<package>/**`` and ``<dist_info>/**`` under
@@ -35,7 +35,7 @@ import re
 import sys
 import time
 
-from .access import write_problem
+from .access import dir_problem, replace_problem
 
 EXPECTED_FAILURE_EXIT = 3
 
@@ -130,8 +130,10 @@ def _package_dir():
 
 def _writability(package_dir, limit=20):
     """``(count, first paths, {path: why})`` of the entries of the package (its directories and
-    files, bytecode left out) this user cannot change: :func:`write_problem`, the same test the
-    deploy agent applies to the files it replaces and their directories."""
+    files, bytecode left out) that stop this user's apply: a directory whose entries it cannot
+    change (:func:`dir_problem`), a file it cannot replace keeping its owner (:func:`replace_problem`;
+    a read-only mode alone is no problem) — the tests the deploy agent applies to the files it
+    replaces and their directories."""
     bad = []
     why = {}
     count = 0
@@ -141,7 +143,7 @@ def _writability(package_dir, limit=20):
             path = os.path.join(root, name) if name else root
             if name.endswith(".pyc"):
                 continue
-            problem = write_problem(path)
+            problem = replace_problem(path) if name else dir_problem(path)
             if problem is not None:
                 count += 1
                 if len(bad) < limit:
@@ -171,7 +173,7 @@ def op_probe(args):
     if package_dir and os.path.isdir(package_dir):
         site = os.path.dirname(package_dir)
         count, bad, why = _writability(package_dir)
-        site_problem = write_problem(site)
+        site_problem = dir_problem(site)
         out["site_packages"] = site
         out["writable"] = count == 0 and site_problem is None
         out["site_packages_writable"] = site_problem is None

@@ -52,6 +52,7 @@ def test_apply_and_rollback_of_a_root_owned_install_through_sudo(sshd, sglang_ta
     assert service_status.host_status(host, patchset="ddtree@1").overall == "pristine"
 
 
+@pytest.mark.no_sudo
 def test_the_no_sudo_refusal_says_each_reason_once(sshd, sglang_target, sglpatch_home):
     """Issue 18: without sudo on a root-owned install the refusal repeated the same two reasons for
     all 20 files in one 4 KB line: now one line per reason, a few files named, the count given."""

@@ -52,12 +52,22 @@ def test_discover_local(local_host, local_target):
 
 @pytest.mark.ssh
 def test_read_only_install_is_reported(ssh_host, sglang_target):
-    f = sglang_target.package_dir / "srt" / "server_args.py"
-    os.chmod(f, 0o444)
+    """A directory whose entries the user cannot change stops apply and is reported; a read-only
+    file of the user's own does not (apply renames a new file over it, mode kept)."""
+    d = sglang_target.package_dir / "srt" / "speculative"
+    os.chmod(sglang_target.package_dir / "srt" / "server_args.py", 0o444)
     with connect(ssh_host) as t:
         info = discover(t, ssh_host)
+    assert info.writable and info.unwritable_count == 0, info.unwritable_why
+    mode = d.stat().st_mode
+    os.chmod(d, 0o555)
+    try:
+        with connect(ssh_host) as t:
+            info = discover(t, ssh_host)
+    finally:
+        os.chmod(d, mode)
     assert not info.writable and info.unwritable_count == 1
-    assert info.unwritable == ["sglang/srt/server_args.py"]
+    assert info.unwritable == ["sglang/srt/speculative"], info.unwritable
 
 
 @pytest.mark.ssh
@@ -151,6 +161,7 @@ def test_package_without_metadata_shadowing(local_host, local_target, tmp_path):
 
 
 @pytest.mark.ssh
+@pytest.mark.no_sudo
 def test_sudo_that_cannot_run_is_a_transport_error_not_a_missing_interpreter(sshd, sglang_target):
     from sglang_patcher.errors import TransportError
     host = sshd.host_entry(sglang_target, sudo=True)

@@ -67,6 +67,7 @@ def test_exit_codes_quoting_and_round_trip_count(sshd):
         assert t.round_trips == 3
 
 
+@pytest.mark.no_sudo
 def test_sudo_prefixes_sudo_n(sshd):
     with connect(sshd.host_entry(PY)) as t:
         r = t.run(["true"], sudo=True)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 
-from ..access import attr_problem, user_name, write_problem
+from ..access import attr_problem, dir_problem, replace_problem, user_name
 from .base import Fail
 from .files import dir_facts, file_info, nearest_existing
 
@@ -32,12 +32,6 @@ class Who:
         self.groups = set(os.getgroups()) | {os.getegid()}
 
 
-def dir_problem(path):
-    """``(kind, why)`` when this user cannot add, replace and remove entries of the directory
-    ``path``, else None: its flags first (an append-only directory passes ``access``)."""
-    return attr_problem(path) or write_problem(path, search=True)
-
-
 def target_problems(h, rel, info, who, action="write"):
     """What stops this user from replacing (``write``) or deleting (``delete``) the file at ``rel``
     (``info``: its :func:`file_info`): ``[{"reason", "kind", "line"}]`` — ``reason`` the words that
@@ -54,21 +48,18 @@ def target_problems(h, rel, info, who, action="write"):
                     "line": "%s: directory %s %s" % (rel, parent, why)})
     if not info.get("exists") or info.get("type") != "file":
         return out
-    problem = attr_problem(t)
-    if problem is not None:
-        kind, why = problem
-        out.append({"reason": _FILE_REASON[kind], "kind": kind, "line": "%s %s" % (rel, why)})
-    if action != "write" or who.euid == 0:
-        return out   # a deleted file keeps no owner; root gives any
-    if info["uid"] != who.euid:
-        owner = user_name(info["uid"])
-        out.append({"reason": "owned by %s: as %s their owner cannot be kept" % (owner, who.me), "kind": "owner",
-                    "line": "%s is owned by %s; as %s its owner cannot be kept" % (rel, owner, who.me)})
-    elif info["gid"] not in who.groups:
-        out.append({"reason": "of group %d, which %s is not in: their group cannot be kept" % (info["gid"], who.me),
-                    "kind": "owner",
-                    "line": "%s has group %d, which %s is not in; its group cannot be kept"
-                            % (rel, info["gid"], who.me)})
+    # replacing keeps the owner and group (root gives any); a deleted file keeps nothing
+    problem = replace_problem(t) if action == "write" else attr_problem(t)
+    if problem is None:
+        return out
+    kind, why = problem
+    if kind != "owner":
+        reason = _FILE_REASON[kind]
+    elif info["uid"] != who.euid:
+        reason = "owned by %s: as %s their owner cannot be kept" % (user_name(info["uid"]), who.me)
+    else:
+        reason = "of group %d, which %s is not in: their group cannot be kept" % (info["gid"], who.me)
+    out.append({"reason": reason, "kind": kind, "line": "%s %s" % (rel, why)})
     return out
 
 
