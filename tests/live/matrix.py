@@ -32,9 +32,9 @@ TRAINED_ARMS = (
     Arm("target", ragged=True),
     Arm("dflash-b4", "DFLASH", 4, sampled=True),
     Arm("ddtree-b4-n1", "DDTREE", 4, (("speculative_ddtree_budget", 1),)),
-    Arm("ddtree-b4-n3", "DDTREE", 4, (("speculative_ddtree_budget", 3),)),
     Arm("ddtree-b4-n8", "DDTREE", 4, (("speculative_ddtree_budget", 8),), sampled=True),
-    Arm("ddtree-b4-n8-nooverlap", "DDTREE", 4, (("speculative_ddtree_budget", 8),
+    # B - 1 nodes (DFlash's verify width) under the non-overlap scheduler: one engine for both
+    Arm("ddtree-b4-n3-nooverlap", "DDTREE", 4, (("speculative_ddtree_budget", 3),
                                                 ("disable_overlap_schedule", True))),
     # budget by batch: 16 nodes alone, DFlash's own step (chain) at 2-3 requests, 8 nodes from 4.
     # The ragged phase's batch shrinks 5 -> 1, so its requests go tree -> chain -> tree.
@@ -54,11 +54,12 @@ RANDOM_ARMS = (
     Arm("ddtree-b4-n32", "DDTREE", 4, (("speculative_ddtree_budget", 32),)),
 )
 ARMS = {"trained": TRAINED_ARMS, "random": RANDOM_ARMS}
-NEW_TOKENS = {"trained": 24, "random": 16}
+NEW_TOKENS = {"trained": 16, "random": 16}
 SAMPLING = {"temperature": 1.0, "top_p": 0.95, "ignore_eos": True}
 
 
-RAGGED_LENGTHS = (24, 5, 14, 3, 19)
+# 5 running requests, then 4 after 3 tokens, 3 after 5, 2 after 8, 1 after 11 (alone for 5 tokens)
+RAGGED_LENGTHS = (16, 5, 11, 3, 8)
 
 
 def phases(fx: ModelFixture, new_tokens: int, sampled: bool = False,

@@ -102,8 +102,12 @@ class DriverError(AssertionError):
 
 
 def run_engines(python: str, engines: list[EngineSpec], workdir: Path, *,
-                timeout: float = 1500, env: dict[str, str] | None = None) -> dict[str, EngineRun]:
+                timeout: float | None = None, env: dict[str, str] | None = None) -> dict[str, EngineRun]:
     """Run ``engines`` one after another in one driver process of the venv ``python``.
+
+    ``timeout`` (seconds, for the whole driver) is a guard against a hung engine, not a speed
+    goal: by default 300 s an engine (at least 900 s), since a 2-core CI box with cold Triton
+    caches and a second test worker takes minutes for one engine's start and phases.
 
     Returns {engine name: EngineRun} (a failed start is an EngineRun with ``ok=False``).
     Raises DriverError (with the driver's log tail) when the driver dies or times out before
@@ -114,6 +118,8 @@ def run_engines(python: str, engines: list[EngineSpec], workdir: Path, *,
     job, out, log = (workdir / f"job-{stamp}.json", workdir / f"out-{stamp}.json",
                      workdir / f"driver-{stamp}.log")
     job.write_text(json.dumps({"engines": [e.to_job() for e in engines]}, indent=1))
+    if timeout is None:
+        timeout = max(900.0, 300.0 * len(engines))
     with open(log, "wb") as logf:
         try:
             proc = subprocess.run([python, str(DRIVER), str(job), str(out)], stdout=logf,
