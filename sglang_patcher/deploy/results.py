@@ -290,7 +290,7 @@ class StatusReport:
             overall += (f" (r{'/r'.join(map(str, later))} of {self.patchset} is installed, later than the "
                         f"r{self.revision} asked about; a rollback goes back)")
         elif self.patchset is None and self.overall == "patched" and self.active:
-            overall += " (" + ", ".join(f"{a['patchset']} r{a['revision']}" for a in self.active) + ")"
+            overall += " (" + active_summary(self.active) + ")"
         parts: list[RenderableType] = [Text(f"{self.host} (sglang {self.sglang_version}): {overall}",
                                             style="bold")]
         if self.note:
@@ -594,3 +594,18 @@ def files_table(title: str, files: Iterable[FilePlan], plan: bool = False,
         t.add_row(*row)
     return t
 
+
+
+def active_summary(active: list[dict[str, Any]]) -> str:
+    """The active deployments of a host in words, each patchset once: ``ddtree r5`` — or, when
+    upgrades stacked deployments of one patchset (r3, then r4 over it, then r5), ``ddtree r5,
+    upgraded from r3, r4: each rollback steps back one``; patchsets apart by ``; ``. ``active``:
+    :attr:`StatusReport.active` (oldest first, each with ``patchset`` and ``revision``)."""
+    by_name: dict[str, list[str]] = {}
+    for a in active:
+        by_name.setdefault(str(a["patchset"]), []).append(f"r{a['revision']}")
+    out = []
+    for name, revs in by_name.items():
+        out.append(f"{name} {revs[-1]}" + (f", upgraded from {', '.join(revs[:-1])}: each rollback steps back one"
+                                            if len(revs) > 1 else ""))
+    return "; ".join(out)

@@ -1128,12 +1128,12 @@ def test_status_of_a_host_without_records_judges_the_files_of_the_patchsets_for_
     assert code == 1 and data["overall"] == "mixed", data
     assert "sglang/srt/speculative/spec_info.py (patched ddtree r" in data["note"], data["note"]
     assert "no rollback will touch them" in data["note"], data["note"]
-    bare = StatusReport(host="here", sglang_version="0.5.21", files=[], deployments=[], journal=None, lock=None)
+    bare = StatusReport(host="here", sglang_version="0.5.18", files=[], deployments=[], journal=None, lock=None)
     rep = _status_without_records(None, Host(name="here", transport="local", python=str(local_target)),
-                                  SimpleNamespace(sglang_version="0.5.21"), bare)
+                                  SimpleNamespace(sglang_version="0.5.18"), bare)
     assert rep.overall == "unknown" and rep.note == (
-        "no sglpatch deployment is recorded on this host and no patchset here supports sglang 0.5.21, so no "
-        f"file was checked (supported: ddtree (0.5.22, {VERSION}))"), rep.note
+        "no sglpatch deployment is recorded on this host and no patchset here supports sglang 0.5.18, so no "
+        f"file was checked (supported: ddtree ({', '.join(ps.versions)}))"), rep.note
 
 
 def test_status_expect_turns_the_state_into_the_exit_code(capsys, tmp_path, sglpatch_home, local_target):
