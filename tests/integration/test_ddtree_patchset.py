@@ -1,5 +1,5 @@
-"""The ddtree patchset (current revision: 5) against the real sglang wheels of every release it
-targets (0.5.23 and 0.5.22), and its L1 check for real.
+"""The ddtree patchset (current revision: 6) against the real sglang wheels of every release it
+targets (0.5.23, 0.5.22 and 0.5.21), and its L1 check for real.
 
 * Per release: the series applies to the pristine wheel tree with GNU ``patch --fuzz=0`` and with
   the project's strict applier (``Patchset.render``), and both give exactly the manifest's
@@ -13,7 +13,7 @@ targets (0.5.23 and 0.5.22), and its L1 check for real.
   reports every check ``skipped`` on a ``--no-deps`` venv, ``failed`` on an unpatched L1 venv
   (``from_string("DDTREE")`` raises there), and ``passed`` on the patched L1 venv
   (sglang_patcher/data/sglang-0.5.23-cpu-requirements.txt: CPU torch + light deps; the same set
-  serves 0.5.22). The venvs are the shared cached ones of ``tests/support/venvs.py``.
+  serves 0.5.22 and 0.5.21). The venvs are the shared cached ones of ``tests/support/venvs.py``.
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ L1_SCRIPT = DDTREE / "checks" / "l1_ddtree.py"
 README = DDTREE / "README.md"
 V = "0.5.23"             # the release the revision history and the README's site table are of
 RELEASES = load_patchset(DDTREE).versions
-L1_CHECKS = 30          # revision 4 and 5 (revision 3 had 26, revision 2 had 25, revision 1 had 10)
+L1_CHECKS = 30          # revisions 4 to 6 (revision 3 had 26, revision 2 had 25, revision 1 had 10)
 
 
 def _sha(data: bytes) -> str:
@@ -206,22 +206,49 @@ def test_revision_3_is_frozen_and_recognised_by_revision_4(ps, tree):
 def test_revision_4_is_frozen_and_recognised_by_revision_5(ps, tree):
     """Revision 5 adds SGLang 0.5.22 (its own series) and adapts the DDTree modules to it; for
     0.5.23 it changes no SGLang file. Revision 4 stays loadable and rendering as ``ddtree@4``
-    (0.5.23 only) and a host carrying it is recognised file by file (patched@r4 where r5 differs)."""
-    r4 = load_patchset("ddtree@4")
-    assert (ps.revision, r4.revision) == (5, 4)
+    (0.5.23 only) and a host carrying it is recognised file by file (patched@r4 where r5 differs),
+    by revision 5 and by the current revision."""
+    r4, r5 = load_patchset("ddtree@4"), load_patchset("ddtree@5")
+    assert (r5.revision, r4.revision) == (5, 4)
     assert r4.root == DDTREE / "history" / "r4"
-    assert r4.versions == ["0.5.23"] and ps.versions == ["0.5.22", "0.5.23"]
+    assert r4.versions == ["0.5.23"] and r5.versions == ["0.5.22", "0.5.23"]
     r4.render(V, tree.read)
-    e4, e5 = r4.target(V).expected, ps.target(V).expected
-    assert ps.spec.history[4][V] == e4
+    e4, e5 = r4.target(V).expected, r5.target(V).expected
+    assert r5.spec.history[4][V] == ps.spec.history[4][V] == e4
     assert set(e4) == set(e5)
-    assert [(DDTREE / rel).read_bytes() for rel in ps.target(V).series] == \
+    assert [(r5.root / rel).read_bytes() for rel in r5.target(V).series] == \
         [(r4.root / rel).read_bytes() for rel in r4.target(V).series]
     changed = {p for p, sha in e4.items() if e5[p] != sha}
     assert "sglang/srt/speculative/ddtree_worker.py" in changed
-    assert changed <= set(ps.target(V).new_files), changed     # only the DDTree modules changed
+    assert changed <= set(r5.target(V).new_files), changed     # only the DDTree modules changed
     for path, sha in e4.items():
-        assert ps.classify(path, sha, version=V) == ("patched@r4" if path in changed else "patched"), path
+        assert r5.classify(path, sha, version=V) == ("patched@r4" if path in changed else "patched"), path
+        current_same = ps.target(V).expected[path] == sha
+        assert ps.classify(path, sha, version=V) == ("patched" if current_same else "patched@r4"), path
+
+
+@pytest.mark.parametrize("version", ["0.5.22", "0.5.23"])
+def test_revision_5_is_frozen_and_recognised_by_revision_6(ps, version):
+    """Revision 6 adds SGLang 0.5.21 (its own series) and adapts ddtree_worker.py and
+    ddtree_info.py to 0.5.21's DFlash worker; for 0.5.22 and 0.5.23 it changes no SGLang file and
+    no series byte. Revision 5 stays loadable and rendering as ``ddtree@5`` and a host carrying it
+    is recognised file by file: patched@r5 exactly where revision 6's bytes differ."""
+    tree = _pristine_tree(version)
+    r5 = load_patchset("ddtree@5")
+    assert (ps.revision, r5.revision) == (6, 5)
+    assert r5.root == DDTREE / "history" / "r5"
+    assert r5.versions == ["0.5.22", "0.5.23"] and ps.versions == ["0.5.21", "0.5.22", "0.5.23"]
+    r5.render(version, tree.read)
+    e5, e6 = r5.target(version).expected, ps.target(version).expected
+    assert ps.spec.history[5][version] == e5
+    assert "0.5.21" not in ps.spec.history[5]
+    assert set(e5) == set(e6)
+    assert [(DDTREE / rel).read_bytes() for rel in ps.target(version).series] == \
+        [(r5.root / rel).read_bytes() for rel in r5.target(version).series]
+    changed = {p for p, sha in e5.items() if e6[p] != sha}
+    assert changed == {"sglang/srt/speculative/ddtree_worker.py", "sglang/srt/speculative/ddtree_info.py"}
+    for path, sha in e5.items():
+        assert ps.classify(path, sha, version=version) == ("patched@r5" if path in changed else "patched"), path
 
 
 @pytest.mark.parametrize("version", RELEASES)
@@ -302,7 +329,7 @@ def test_readme_covers_every_dflash_site_of_another_release(tree, version):
     listed = set(re.findall(r"`(sglang/[\w/]+\.py:\d+)`", section))
     assert not unmatched - listed, f"{version} DFLASH sites missing from {README.name}: {sorted(unmatched - listed)}"
     assert not listed - unmatched, f"{README.name} lists {version} sites that need no row: {sorted(listed - unmatched)}"
-    assert len(mine) >= 50
+    assert len(mine) >= 40          # 57 in 0.5.22, 41 in 0.5.21: the scan found the release's sites
 
 
 def test_readme_lists_every_dflash_site_of_the_pristine_tree(tree):
@@ -347,7 +374,8 @@ def _venv_or_skip(name: str, extra: list[str], version: str = V) -> Path:
 
 @pytest.fixture(scope="module")
 def l1_pristine_venv(release) -> Path:
-    """The cached L1 venv of the release: sglang plus the CPU set (the same set serves 0.5.22)."""
+    """The cached L1 venv of the release: sglang plus the CPU set (the same set serves 0.5.22 and
+    0.5.21)."""
     reqs = venvs.read_requirements(REPO / "sglang_patcher" / "data" / "sglang-0.5.23-cpu-requirements.txt")
     assert reqs, "sglang_patcher/data/sglang-0.5.23-cpu-requirements.txt is empty"
     base = _venv_or_skip("sglang-l1", reqs)

@@ -3,8 +3,9 @@ sglang 0.5.23 venv. Revision 3 changes the worker (its start-up checks: revision
 DDTREE server; the budget schedule), adds ddtree_budget.py and the schedule's argument and
 validation, so the upgrade from 2 pushes those four files; rollbacks walk back one deployment at a
 time and end pristine by RECORD. Since revision 4 these name ``ddtree@3``; then revision 3 -> the
-current revision (4's kernel move on the way), and revision 4 -> 5 (SGLang 0.5.22 added: on 0.5.23
-only the two DDTree modules that adapt to it change)."""
+current revision (4's kernel move on the way), revision 4 -> the current revision (5 added SGLang
+0.5.22: on 0.5.23 only the two DDTree modules that adapt to it change) and revision 5 -> 6 (6 added
+SGLang 0.5.21: on 0.5.23 again only those two modules change)."""
 
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ KERNELS_R3 = "sglang/srt/speculative/ddtree_kernels.py"    # revision 3's kernel
 KERNELS_R4 = [f"sglang/kernels/ops/speculative/ddtree_{m}.py"    # revision 4's, by pipeline stage
               for m in ("keys", "prep", "beam", "verify_inputs", "walk")]
 INFO = "sglang/srt/speculative/ddtree_info.py"
-CURRENT = 5
+CURRENT = 6
 
 
 def _hosts(tmp_path, local_target):
@@ -126,36 +127,40 @@ def test_cli_r3_then_current_pushes_only_what_changed_then_rollback(capsys, tmp_
     assert {p: live_hash(site, p) for p in r3} == r3
 
 
-def test_cli_r4_then_r5_pushes_the_adapted_modules_only_then_rollback(capsys, tmp_path, sglpatch_home,
-                                                                       local_target):
-    """Revision 5 adds SGLang 0.5.22; on 0.5.23 it changes only the DDTree modules that adapt to
-    0.5.22's DFlash worker. A host at revision 4 is recognised (patched@r4), the upgrade pushes
-    exactly the files whose bytes differ — no SGLang file —, status then reads patched r5, and a
-    rollback puts revision 4's bytes back."""
+@pytest.mark.parametrize("old", [4, 5])
+def test_cli_older_revision_then_current_pushes_the_adapted_modules_only_then_rollback(
+        capsys, tmp_path, sglpatch_home, local_target, old):
+    """Revisions 5 and 6 add SGLang releases (0.5.22, 0.5.21); on 0.5.23 each changes only the
+    DDTree modules that adapt to the added release's DFlash worker (6: exactly the worker and
+    ddtree_info). A host at revision 4 or 5 is recognised (patched@r4 / @r5), the upgrade pushes
+    exactly the files whose bytes differ — no SGLang file —, status then reads patched at the
+    current revision, and a rollback puts the old revision's bytes back."""
     from sglang_patcher.patchset import load_patchset
 
-    current, r4ps = load_patchset("ddtree"), load_patchset("ddtree@4")
-    assert current.revision == CURRENT
-    e4, e5 = r4ps.target(VERSION).expected, current.target(VERSION).expected
-    differ = {p for p in e5 if e4.get(p) != e5[p]}
+    current, older = load_patchset("ddtree"), load_patchset(f"ddtree@{old}")
+    assert current.revision == CURRENT and older.revision == old
+    e_old, e_new = older.target(VERSION).expected, current.target(VERSION).expected
+    differ = {p for p in e_new if e_old.get(p) != e_new[p]}
     assert WORKER in differ and differ <= set(current.target(VERSION).new_files), differ
+    if old == 5:
+        assert differ == {WORKER, INFO}, differ
 
     h, site = _hosts(tmp_path, local_target), local_target.site_packages
-    code, data, err = run_json(capsys, *h, "apply", "ddtree@4", "--host", "here", "--yes")
+    code, data, err = run_json(capsys, *h, "apply", f"ddtree@{old}", "--host", "here", "--yes")
     assert code == 0, err
-    r4 = {p: live_hash(site, p) for p in e4}
-    assert r4 == e4
+    before = {p: live_hash(site, p) for p in e_old}
+    assert before == e_old
     code, data, err = run_json(capsys, *h, "status", "--host", "here", "--patchset", "ddtree")
-    assert data["overall"] == "older" and data["older_revision"] == 4, data
+    assert data["overall"] == "older" and data["older_revision"] == old, data
     states = {f["path"]: (f["state"], f["revision"]) for f in data["files"]}
-    assert {states[p] for p in differ} == {("patched", 4)}, data["files"]
+    assert {states[p] for p in differ} == {("patched", old)}, data["files"]
 
     code, data, err = run_json(capsys, *h, "apply", "ddtree", "--host", "here", "--yes")
     assert code == 0, err
     assert data["plan"]["kind"] == "upgrade" and data["plan"]["revision"] == CURRENT, data["plan"]
     pushed = {p for p, f in data["plan"]["files"].items() if f["action"] != "none"}
     assert pushed == differ, pushed
-    assert {p: live_hash(site, p) for p in e5} == e5
+    assert {p: live_hash(site, p) for p in e_new} == e_new
     code, data, err = run_json(capsys, *h, "status", "--host", "here", "--patchset", "ddtree")
     assert data["overall"] == "patched" and data["retired"] == [KERNELS_R3], data
     # revision 3's kernel module, which this host never had, is absent as the release has it
@@ -165,13 +170,14 @@ def test_cli_r4_then_r5_pushes_the_adapted_modules_only_then_rollback(capsys, tm
 
     code, _, err = run_json(capsys, *h, "rollback", "--host", "here")
     assert code == 0, err
-    assert {p: live_hash(site, p) for p in e4} == r4
+    assert {p: live_hash(site, p) for p in e_old} == before
 
 
-def test_cli_r3_then_r4_then_r5_reads_patched(capsys, tmp_path, sglpatch_home, local_target):
-    """A host that went r3 -> r4 -> r5 (each an upgrade; the r4 deployment deleted r3's kernel
-    module) is patched at r5 by its hashes: the retired module, absent as r5 wants it, is credited
-    to the revision the host carries, not to the r4 deployment that deleted it (it read 'mixed')."""
+def test_cli_r3_then_r4_then_current_reads_patched(capsys, tmp_path, sglpatch_home, local_target):
+    """A host that went r3 -> r4 -> the current revision (each an upgrade; the r4 deployment deleted
+    r3's kernel module) is patched at the current revision by its hashes: the retired module,
+    absent as that revision wants it, is credited to the revision the host carries, not to the r4
+    deployment that deleted it (it read 'mixed')."""
     h = _hosts(tmp_path, local_target)
     for name in ("ddtree@3", "ddtree@4", "ddtree"):
         code, _, err = run_json(capsys, *h, "apply", name, "--host", "here", "--yes")

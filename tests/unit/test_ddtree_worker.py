@@ -52,6 +52,22 @@ def test_dp_attention_and_non_plain_drafts_are_refused():
         Wk.check_draft_head(has_selector=True, has_lilicorr=False, is_domino=True)
 
 
+class _Parallel:
+    """SGLang's ``get_parallel()`` context in miniature: an unknown name raises AttributeError, as
+    ``ParallelContext.__getattr__`` does (0.5.21 publishes no ``attn_dp_enabled``)."""
+
+    def __init__(self, **names):
+        self.__dict__.update(names)
+
+
+@pytest.mark.parametrize("on", [False, True])
+def test_dp_attention_is_read_from_either_releases_name(on):
+    assert Wk.attn_dp_enabled(_Parallel(attn_dp_enabled=on, enable_dp_attention=not on)) is on   # 0.5.22+
+    assert Wk.attn_dp_enabled(_Parallel(enable_dp_attention=on)) is on                            # 0.5.21
+    with pytest.raises(AttributeError):
+        Wk.attn_dp_enabled(_Parallel())
+
+
 def test_lm_head_checks():
     w = torch.zeros(8, 4, dtype=torch.bfloat16)
     Wk.check_lm_head(w, num_added=0, tp_size=1, has_from_topk=False)

@@ -30,7 +30,7 @@ def test_list_names_each_patchset_with_its_releases_and_withdrawn_revisions(caps
     assert code == 0 and data["ok"] is True
     dd = next(p for p in data["patchsets"] if p["name"] == "ddtree")
     ps = load_patchset("ddtree")
-    assert dd["revision"] == ps.revision and dd["releases"] == ps.versions == ["0.5.22", "0.5.23"]
+    assert dd["revision"] == ps.revision and dd["releases"] == ps.versions == ["0.5.21", "0.5.22", "0.5.23"]
     revs = {r["revision"]: r for r in dd["revisions"]}
     assert revs[ps.revision]["status"] == "current"
     assert revs[2]["status"] == "withdrawn" and "attn_backend" in revs[2]["withdrawn"]

@@ -1,4 +1,4 @@
-"""DDTree verify input and the tensor logic of one DDTree verify step inside SGLang 0.5.23.
+"""DDTree verify input and the tensor logic of one DDTree verify step inside SGLang (0.5.21 - 0.5.23).
 
 Installed as ``sglang/srt/speculative/ddtree_info.py`` by the ddtree patchset (revision 2). The
 tree itself comes from the DDTree core (``ddtree_tree.build_ddtree``); this module turns it into
@@ -442,6 +442,8 @@ class DDTreeVerifyInput(_VerifyBase):
             returned as ``custom_mask``.
           prefix_lens_sum: host upper bound of sum(prefix_lens) (no device->host sync); needed
             when ``custom_mask_out`` is given or to size a new mask without a sync.
+          kv_loc_plan, kv_loc_cols: the step's ``KVLocPlan`` and the verify's columns of it
+            (SGLang 0.5.22 on); None leaves the base's fields at their defaults (0.5.21 has none).
         """
         from .ddtree_tree import build_custom_mask, custom_mask_size
 
@@ -460,14 +462,15 @@ class DDTreeVerifyInput(_VerifyBase):
             mask = build_custom_mask(tree, prefix_lens, out=custom_mask_out[:size], use_triton=use_triton)
         else:
             mask = build_custom_mask(tree, prefix_lens, prefix_lens_sum=prefix_lens_sum, use_triton=use_triton)
+        # SGLang 0.5.21's DFlashVerifyInput has no KV-location plan fields (no plans there)
+        planned = {} if kv_loc_plan is None else {"kv_loc_plan": kv_loc_plan, "kv_loc_cols": kv_loc_cols}
         return cls(
             draft_token=tree.tokens.reshape(-1),
             positions=positions,
             draft_token_num=N1,
             custom_mask=mask,
             capture_hidden_mode=_capture_mode("FULL"),
-            kv_loc_plan=kv_loc_plan,
-            kv_loc_cols=kv_loc_cols,
+            **planned,
             retrieve_index=tree.retrieve_index,
             retrieve_next_token=tree.retrieve_next_token,
             retrieve_next_sibling=tree.retrieve_next_sibling,

@@ -1,4 +1,4 @@
-"""DDTreeWorker: DDTree speculative decoding on SGLang 0.5.23's DFlash spec-v2 worker.
+"""DDTreeWorker: DDTree speculative decoding on SGLang's DFlash spec-v2 worker (0.5.21 - 0.5.23).
 
 Installed as ``sglang/srt/speculative/ddtree_worker.py`` by the ddtree patchset (revision 4);
 ``SpeculativeAlgorithm.create_worker`` returns ``DDTreeWorker`` for ``DDTREE``.
@@ -11,8 +11,9 @@ draft forward. Per step and request (B = block size, L = B - 1, N = budget, N1 =
 W = max(B, N1)):
 
 1. window: W reserved KV slots after the committed prefix (``DDTreeDraftInputV2`` reserves
-   B + W ahead); one ``KVLocPlan`` over them; the draft block writes columns [0, B), the verify
-   columns [0, N1).
+   B + W ahead); one ``KVLocPlan`` over them where SGLang plans KV locations (0.5.22 on; 0.5.21
+   writes the window's ``req_to_token`` slots directly, as its DFlash step does); the draft block
+   writes columns [0, B), the verify columns [0, N1).
 2. draft: DFlash's block forward ([bonus, MASK x L]); its hidden states at positions 1..L go
    through the target's LM head (per TP rank: its vocabulary shard) to per-depth top-K
    (``ddtree_info.vocab_parallel_topk``) and the DDTree core builds the tree.
@@ -38,6 +39,13 @@ backends other than triton / flashinfer (the rest decide "tree or chain" from
 kernels. In ``init_cuda_graphs``: target decode graphs captured at another width than budget + 1.
 Hybrid recurrent targets stay behind revision 1's ``--speculative-ddtree-allow-hybrid-unsafe`` gate.
 
+The worker follows the DFlashWorkerV2 it runs on by feature detection, never by version string:
+the draft TP scope (0.5.23: a draft parallel layout; 0.5.22: a bool; 0.5.21: the worker's own
+``draft_tp_context`` taking the draft group), KV-location plans (0.5.22 on), the deferred
+verify-logits gather (0.5.23), DP attention's name (``attn_dp_enabled`` / ``enable_dp_attention``),
+the compact draft's host bound (0.5.21 passes the device lengths) and the T > 0 target probs
+(``build_speculative_verify_target_probs``, 0.5.21's ``build_dflash_verify_target_probs``).
+
 The pure checks and the draft-head top-K below import with torch alone (CPU unit tests); the
 worker class needs SGLang. Revision 3 runs inside a live SGLang 0.5.23 server on the CPU (the
 project's ``tests/live/``: greedy tokens equal the target's); what only a GPU host can prove is
@@ -46,6 +54,8 @@ listed in the patchset README.
 
 from __future__ import annotations
 
+import functools
+import inspect
 import logging
 from typing import Any, Callable, Optional
 
@@ -69,6 +79,7 @@ logger = logging.getLogger(__name__)
 __all__ = [
     "SUPPORTED_VERIFY_BACKENDS",
     "SGLANG_WORKER_AVAILABLE",
+    "attn_dp_enabled",
     "check_verify_backend",
     "check_parallel_layout",
     "check_draft_head",
@@ -244,6 +255,15 @@ def _group_all_gather(group: Any, world_size: int) -> Callable[[torch.Tensor], t
     return all_gather
 
 
+def attn_dp_enabled(parallel: Any) -> bool:
+    """Whether DP attention is on, from SGLang's ``get_parallel()`` context: ``attn_dp_enabled``
+    (SGLang 0.5.22 on), else the ``enable_dp_attention`` flag (0.5.21 publishes only that)."""
+    try:
+        return bool(parallel.attn_dp_enabled)
+    except AttributeError:
+        return bool(parallel.enable_dp_attention)
+
+
 def _resolve_verify_backend(attn_backend: Any) -> Any:
     """The backend object that runs TARGET_VERIFY, through SGLang's wrappers (hybrid
     prefill/decode split, two-batch overlap, hybrid linear attention's full-attention part)."""
@@ -285,7 +305,7 @@ class DDTreeWorker(_WorkerBase):  # type: ignore[misc,valid-type]
 
     def __init__(self, server_args, gpu_id: int, nccl_port: int, target_worker):
         if not SGLANG_WORKER_AVAILABLE:
-            raise ImportError("DDTreeWorker needs SGLang 0.5.23 (sglang.srt.speculative.dflash_worker_v2)")
+            raise ImportError("DDTreeWorker needs SGLang's DFlash spec-v2 worker (sglang.srt.speculative.dflash_worker_v2)")
         from sglang.srt.runtime_context import get_parallel, get_spec
 
         from . import ddtree_info, ddtree_tree
@@ -294,7 +314,7 @@ class DDTreeWorker(_WorkerBase):  # type: ignore[misc,valid-type]
         # SGLang 0.5.23 builds this worker before the memory pools, the attention backends and the
         # CUDA graphs (Scheduler.init_model_worker): the target's backend is checked in
         # init_attention_backends, the captured verify width in init_cuda_graphs.
-        check_parallel_layout(attn_dp_enabled=bool(get_parallel().attn_dp_enabled))
+        check_parallel_layout(attn_dp_enabled=attn_dp_enabled(get_parallel()))
         lm_head = getattr(target_worker.model_runner.model, "lm_head", None)
         shard = getattr(lm_head, "shard_indices", None)
         tp_size = int(get_parallel().tp_group.world_size)
@@ -331,13 +351,12 @@ class DDTreeWorker(_WorkerBase):  # type: ignore[misc,valid-type]
             )
         self._tp_group = get_parallel().tp_group
         self._tp_size = tp_size
-        # What draft_tp_context takes to scope the draft: DFlashWorkerV2's draft parallel layout
-        # (SGLang 0.5.23), or its bool draft_owns_attention (0.5.22); DP attention is refused
-        # above, so both mean the draft runs on the target's TP group.
-        self._draft_tp_scope = (
-            self.draft_parallel_layout
-            if hasattr(self, "draft_parallel_layout")
-            else self.draft_owns_attention
+        # outside the draft scope, the context answers the target's rank
+        self._ddtree_tp_rank = int(get_parallel().tp_rank)
+        self._draft_scope = self._draft_scope_factory()
+        # SGLang 0.5.21's compact-draft host bound takes the device lengths (its last resort)
+        self._compact_bound_takes_prefix = (
+            "draft_prefix_lens" in inspect.signature(self._fill_compact_seq_lens_cpu_bound).parameters
         )
         self.ddtree_sizes = sizes
         self._ddtree_positions_buf: Optional[torch.Tensor] = None
@@ -347,6 +366,23 @@ class DDTreeWorker(_WorkerBase):  # type: ignore[misc,valid-type]
             if schedule_text
             else None
         )
+
+    def _draft_scope_factory(self) -> Callable[[], Any]:
+        """A no-argument callable entering the draft's TP scope as this DFlashWorkerV2 does:
+        ``draft_tp_context(draft_parallel_layout)`` (SGLang 0.5.23), the worker's own
+        ``draft_tp_context(draft group, owns_attention=...)`` (0.5.21: ``empty_context`` without
+        DP attention), or ``draft_tp_context(draft_owns_attention)`` (0.5.22). DP attention is
+        refused, so each means the draft runs on the target's TP group."""
+        from sglang.srt.speculative.spec_utils import draft_tp_context
+
+        if hasattr(self, "draft_parallel_layout"):
+            return functools.partial(draft_tp_context, self.draft_parallel_layout)
+        own = getattr(self, "draft_tp_context", None)
+        if callable(own):
+            return functools.partial(
+                own, self.draft_model_runner.tp_group, owns_attention=self.draft_owns_attention
+            )
+        return functools.partial(draft_tp_context, self.draft_owns_attention)
 
     # -- start-up checks that need what SGLang builds after the worker ------------------------
     def init_attention_backends(self):
@@ -361,7 +397,7 @@ class DDTreeWorker(_WorkerBase):  # type: ignore[misc,valid-type]
             chain_only_kernel=bool(getattr(backend, "use_verify_splitkv", False))
             or bool(getattr(backend, "use_verify_shared_kv", False)),
         )
-        if self._target_tp_rank == 0:
+        if self._ddtree_tp_rank == 0:
             sizes = self.ddtree_sizes
             logger.info(
                 "DDTREE worker ready: block=%d budget=%d topk=%d verify_width=%d window=%d "
@@ -471,17 +507,17 @@ class DDTreeWorker(_WorkerBase):  # type: ignore[misc,valid-type]
         )
         from sglang.srt.speculative import dflash_worker_v2 as dflash
         from sglang.srt.speculative.dflash_info_v2 import DFlashDraftInputV2
-        from sglang.srt.speculative.dflash_utils import (
-            apply_dflash_verify_logits_adjustments,
-            build_speculative_verify_target_probs,
-        )
+        from sglang.srt.speculative.dflash_utils import apply_dflash_verify_logits_adjustments
+
+        try:
+            from sglang.srt.speculative.dflash_utils import build_speculative_verify_target_probs
+        except ImportError:  # SGLang 0.5.21's name for it
+            from sglang.srt.speculative.dflash_utils import (
+                build_dflash_verify_target_probs as build_speculative_verify_target_probs,
+            )
         from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
         from sglang.srt.speculative.spec_tp_sync import SpecTpSyncSite
-        from sglang.srt.speculative.spec_utils import (
-            GrammarTree,
-            build_grammar_vocab_mask,
-            draft_tp_context,
-        )
+        from sglang.srt.speculative.spec_utils import GrammarTree, build_grammar_vocab_mask
 
         from .ddtree_accept import sample_target_choices
 
@@ -511,12 +547,20 @@ class DDTreeWorker(_WorkerBase):  # type: ignore[misc,valid-type]
             device=device,
         ).view(bs, W)
         host_committed = self._host_committed_bound(batch, draft_input)
-        kv_loc_plan = self.target_worker.model_runner.kv_index_translator.plan(
-            req_pool_indices=batch.req_pool_indices,
-            seq_lens=prefix_lens,
-            seq_lens_cpu=host_committed,
-            write_virtual=window_virtual.reshape(-1),
-            read_extent=W,
+        target_translator = self.target_worker.model_runner.kv_index_translator
+        # SGLang 0.5.22 on plans the window's KV locations once (KVLocPlan: the ids each pool's
+        # kernels write); 0.5.21 has no plans: there the draft block, the verify, the KV moves and
+        # the draft-KV writes take the window's req_to_token slots, as its DFlash step does.
+        kv_loc_plan = (
+            target_translator.plan(
+                req_pool_indices=batch.req_pool_indices,
+                seq_lens=prefix_lens,
+                seq_lens_cpu=host_committed,
+                write_virtual=window_virtual.reshape(-1),
+                read_extent=W,
+            )
+            if hasattr(target_translator, "plan")
+            else None
         )
         draft_cols = slice(0, B) if W > B else None
         verify_cols = slice(0, N1) if W > N1 else None
@@ -543,10 +587,13 @@ class DDTreeWorker(_WorkerBase):  # type: ignore[misc,valid-type]
         seq_lens_cpu = self._draft_seq_lens_cpu_buf[:bs]
         if self.use_compact_draft_cache:
             draft_seq_lens = self._compute_compact_draft_seq_lens(prefix_lens)
+            # SGLang 0.5.21's last-resort bound copies the device lengths: it takes them
+            device_lens = {"draft_prefix_lens": draft_seq_lens} if self._compact_bound_takes_prefix else {}
             self._fill_compact_seq_lens_cpu_bound(
                 batch_seq_lens_cpu=batch.seq_lens_cpu,
                 nxt_kv_lens_cpu=draft_input.nxt_kv_lens_cpu,
                 out=seq_lens_cpu,
+                **device_lens,
             )
             self._rebuild_compact_draft_cache(
                 req_pool_indices=batch.req_pool_indices,
@@ -583,14 +630,17 @@ class DDTreeWorker(_WorkerBase):  # type: ignore[misc,valid-type]
             global_num_token_non_padded_cpu=bs * B,
             can_run_decode_cuda_graph=batch.can_run_decode_cuda_graph,
         )
-        draft_translator = self.draft_model_runner.kv_index_translator
-        draft_plan = (
-            kv_loc_plan.reads_from(draft_translator, seq_lens=draft_seq_lens, seq_lens_cpu=seq_lens_cpu, read_extent=B)
-            if self.use_compact_draft_cache
-            else kv_loc_plan
-        )
-        draft_plan.bind(forward_batch, draft_translator, cols=draft_cols)
-        with torch.inference_mode(), draft_tp_context(self._draft_tp_scope):
+        if kv_loc_plan is not None:
+            draft_translator = self.draft_model_runner.kv_index_translator
+            draft_plan = (
+                kv_loc_plan.reads_from(
+                    draft_translator, seq_lens=draft_seq_lens, seq_lens_cpu=seq_lens_cpu, read_extent=B
+                )
+                if self.use_compact_draft_cache
+                else kv_loc_plan
+            )
+            draft_plan.bind(forward_batch, draft_translator, cols=draft_cols)
+        with torch.inference_mode(), self._draft_scope():
             draft_out = self.draft_model_runner.forward(forward_batch)
         draft_hidden = draft_out.logits_output.hidden_states
         if draft_hidden is None:
@@ -604,7 +654,7 @@ class DDTreeWorker(_WorkerBase):  # type: ignore[misc,valid-type]
         num_org = int(shard.num_org_elements) if shard is not None else int(weight.shape[0])
         vocab_start = int(shard.org_vocab_start_index) if shard is not None else 0
         k = min(sizes.topk, sizes.budget)
-        with torch.inference_mode(), draft_tp_context(self._draft_tp_scope):
+        with torch.inference_mode(), self._draft_scope():
             if self._tp_size == 1:
                 logits = draft_head_logits(draft_hidden, weight, num_org).view(bs, L, -1)
                 tree = build_tree_from_logits(logits, block_ids[:, 0], sizes)
@@ -642,7 +692,7 @@ class DDTreeWorker(_WorkerBase):  # type: ignore[misc,valid-type]
             custom_mask_out=None,
             prefix_lens_sum=prefix_sum_bound,
             kv_loc_plan=kv_loc_plan,
-            kv_loc_cols=verify_cols,
+            kv_loc_cols=verify_cols if kv_loc_plan is not None else None,
         )
         batch.out_cache_loc = window_virtual[:, :N1].reshape(-1)
         seq_lens_cpu_backup, seq_lens_sum_backup = batch.seq_lens_cpu, batch.seq_lens_sum
@@ -679,13 +729,15 @@ class DDTreeWorker(_WorkerBase):  # type: ignore[misc,valid-type]
                     draft_token_num=N1,
                 )
             if batch.has_grammar:
-                build_grammar_vocab_mask(
+                grammar_mask = build_grammar_vocab_mask(
                     reqs=batch.reqs,
                     tree=grammar_tree,
                     sampling_info=sampling_info,
                     device=logits_output.next_token_logits.device,
                     barrier=grammar_barrier,
-                ).apply(logits_output.next_token_logits)
+                )
+                if grammar_mask is not None:
+                    grammar_mask.apply(logits_output.next_token_logits)
             if greedy:
                 choice = torch.argmax(logits_output.next_token_logits, dim=-1)
             else:
@@ -704,11 +756,14 @@ class DDTreeWorker(_WorkerBase):  # type: ignore[misc,valid-type]
         self._tp_sync.sync(site, choice)
 
         # 6) Walk, compact the accepted path's target KV, lay the outputs out.
-        # The verify window in the target pool's ids, from the plan (a replayed graph's batch
-        # may carry the runner's padded static buffer instead).
-        window_phys = kv_loc_plan.write_ids(
-            self.target_worker.model_runner.kv_index_translator, cols=verify_cols
-        ).view(bs, N1)
+        # The verify window in the ids the target pool moves, from the plan (a replayed graph's
+        # batch may carry the runner's padded static buffer instead); 0.5.21: its req_to_token
+        # slots, as EAGLE's accept moves there pass them.
+        window_phys = (
+            kv_loc_plan.write_ids(target_translator, cols=verify_cols).view(bs, N1)
+            if kv_loc_plan is not None
+            else window_virtual[:, :N1]
+        )
         step = finish_verify_tensors(tree, choice, prefix_lens, window_phys, sizes)
         self.model_runner.token_to_kv_pool.move_kv_cache(step.kv_moves.tgt_loc, step.kv_moves.src_loc)
         outputs = step.outputs
@@ -735,7 +790,11 @@ class DDTreeWorker(_WorkerBase):  # type: ignore[misc,valid-type]
             raise RuntimeError("DDTREE verify requires target hidden states, but got None.")
         # rows past bs * N1 (TP/EP alignment padding) are never selected
         hidden = hidden.reshape(-1, hidden.shape[-1])
-        draft_loc_2d = self._draft_write_ids(kv_loc_plan).view(bs, W)[:, :B].contiguous()
+        draft_loc_2d = (
+            self._draft_write_ids(kv_loc_plan).view(bs, W)[:, :B].contiguous()
+            if kv_loc_plan is not None
+            else window_virtual[:, :B].contiguous()
+        )
         self._append_target_hidden_to_draft_kv_by_loc(
             target_hidden=hidden[step.hidden_rows.reshape(-1)],
             cache_loc=draft_loc_2d.reshape(-1),
