@@ -28,6 +28,7 @@ import shutil
 import subprocess
 import sys
 import zipfile
+import zlib
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path, PurePosixPath
@@ -338,8 +339,10 @@ def tree_from_wheel(wheel: Path, version: str, dest: Path, *, meter: Meter = SIL
                 return _open(dest, version)
             raise
         return WheelTree(version, dest, manifest)
-    except zipfile.BadZipFile as exc:
-        raise PatchsetError(f"{where}: not a valid zip file ({exc})") from exc
+    except (zipfile.BadZipFile, zlib.error, EOFError, NotImplementedError) as exc:
+        # a bad header, a CRC mismatch, a damaged deflate stream, a member cut short, a method
+        # zipfile does not know: the wheel is unusable whatever the cause
+        raise PatchsetError(f"{where}: not a valid zip file ({type(exc).__name__}: {exc})") from exc
     except KeyError as exc:
         raise PatchsetError(f"{where}: missing member {exc}") from exc
     finally:

@@ -165,6 +165,48 @@ def test_corrupt_cached_wheel_is_removed(tmp_path):
     assert "run the command again" in str(exc.value) and not whl.exists()
 
 
+def test_a_wheel_damaged_inside_a_member_is_removed(tmp_path):
+    """Bytes flipped inside a compressed member (zlib's 'invalid distance too far back' and the
+    like, where the zip's directory is intact): one clear error, the wheel removed, never a
+    traceback or a wheel that keeps failing."""
+    import random
+    import zlib
+
+    home = tmp_path / "home"
+    big = {**FILES, "sglang/srt/big.py": "".join(f"x{i} = {random.Random(i).random()!r}\n"
+                                                 for i in range(4000)).encode()}
+    stored = build_wheel(tmp_path / "stored" / f"sglang-{V}-py3-none-any.whl", big)
+    whl = home / "wheels" / stored.name
+    whl.parent.mkdir(parents=True)
+    with zipfile.ZipFile(stored) as src, zipfile.ZipFile(whl, "w") as dst:   # deflated, as PyPI's are
+        for member in src.infolist():
+            data = src.read(member)
+            member.compress_type = zipfile.ZIP_DEFLATED
+            dst.writestr(member, data)
+    with zipfile.ZipFile(whl) as zf:
+        info = zf.getinfo("sglang/srt/big.py")
+    good = whl.read_bytes()
+    start = info.header_offset + 30 + len(info.filename.encode()) + len(info.extra)
+    for at in range(start + 64, start + info.compress_size - 8, 29):   # find a damage zlib refuses
+        raw = bytearray(good)
+        for i in range(at, at + 7):
+            raw[i] ^= 0xFF
+        whl.write_bytes(bytes(raw))
+        try:
+            with zipfile.ZipFile(whl) as zf:
+                zf.read("sglang/srt/big.py")
+        except zlib.error:
+            break
+        except (zipfile.BadZipFile, EOFError):
+            continue
+    else:
+        pytest.fail("no 7-byte damage of the member made zlib fail (the test's own premise)")
+    with pytest.raises(PatchsetError, match="not a valid zip") as exc:
+        pristine_tree(V, home=home)
+    assert "run the command again" in exc.value.hint and not whl.exists()
+    assert not (home / "wheels" / f"sglang-{V}").exists()
+
+
 def test_unsafe_member_names_are_refused(tmp_path):
     whl = build_wheel(tmp_path / "w.whl", {**FILES, "sglang/../../escape.py": b"x\n"})
     with pytest.raises(PatchsetError, match="unsafe path"):
