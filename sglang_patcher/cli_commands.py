@@ -193,7 +193,9 @@ def rollback_cmd(app: AppContext, host_name: str | None, deployment: str | None,
 @click.option("--patchset", default="ddtree", show_default=True)
 @click.option("--with-deps", is_flag=True,
               help="Also install SGLang's CPU dependency set in the sandbox (~2 GB, once) so the "
-                   "L1 smoke check really imports and validates instead of reporting skipped.")
+                   "L1 smoke check really imports the patched modules and validates DDTREE's "
+                   "arguments instead of reporting skipped (the checks of the worker itself, which "
+                   "needs SGLang's model stack, stay skipped).")
 @pass_app
 def demo_cmd(app: AppContext, version: str, patchset: str, with_deps: bool) -> None:
     """Run the whole story on the embedded default target (a local venv): no GPU host needed."""
