@@ -10,7 +10,9 @@
 ``skipped`` is never counted as passed: :attr:`CheckReport.gate_passed` is True when no check
 failed, and :attr:`CheckReport.all_passed` only when every check passed. An L1 that is skipped (no
 script in the patchset, or the script skipped every check because the host's SGLang dependencies
-are not importable) does not fail the gate but is shown as skipped.
+are not importable) does not fail apply's smoke gate but is shown as skipped; ``sglpatch check`` at
+level 1 (and a ``check:1`` gate), which asks for L1's proof, fails when every L1 check skipped
+(``service_check``).
 """
 
 from __future__ import annotations

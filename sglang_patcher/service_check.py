@@ -53,6 +53,8 @@ def check_host(host: Host, *, level: int | None = None, prompts: str | Path | No
             log(f"{host.name}: L0/L1 of {ps.name} r{ps.revision} (the active deployment {last['id']})")
             report = run_checks(transport, host, info, ps.touched_paths(str(info.sglang_version)), ps,
                                 levels=("L0",) if level == 0 else ("L0", "L1"))
+            if level == 1 and report.level_status("L1") == "skipped" and not report.failed:
+                report.checks.append(_l1_proved_nothing(report, host.name))
         else:
             # nothing to check is a failed check (a CI job's `check` after a forgotten apply must not
             # pass); only a run that came to stop leftover servers leaves it at skipped
@@ -69,3 +71,14 @@ def check_host(host: Host, *, level: int | None = None, prompts: str | Path | No
         if level >= 2:
             return run_serving_levels(transport, host, info, report, level, texts, progress=log)
         return CheckRun(report, level)
+
+
+def _l1_proved_nothing(report: CheckReport, host_name: str) -> CheckResult:
+    """L1 asked for (``check --level 1``, a ``check:1`` gate) and every L1 check skipped: a failed
+    check, never a pass that proved nothing (the skips' reasons, e.g. a missing module, said)."""
+    why = sorted({c.detail for c in report.checks if c.level == "L1" and c.detail})
+    shown = "; ".join(why[:3]) + (f"; … ({len(why) - 3} more)" if len(why) > 3 else "")
+    return CheckResult("L1", "smoke checks ran", "failed",
+                       f"every L1 check was skipped on {host_name}" + (f" ({shown})" if shown else "")
+                       + ": level 1 proved nothing here — install SGLang's dependencies on the host "
+                       "(a serving install has them), or ask for --level 0")

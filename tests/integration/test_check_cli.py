@@ -41,10 +41,16 @@ def test_check_levels_0_and_1_of_the_deployed_revision(capsys, tmp_path, sglpatc
     assert code == 0, err
     assert {c["level"] for c in data["checks"]} == {"L0"}
     assert all(c["status"] == "passed" for c in data["checks"]), data["checks"]
+    # L1 skips every check on this venv (sglang without its deps): level 1 asked for and nothing
+    # proven is a failed check (exit 9) naming why, never a pass (new user's finding)
     code, data, err = run_json(capsys, *h, "check", "--host", "here")
-    assert code == 0, err
-    levels = {c["level"] for c in data["checks"]}
-    assert levels == {"L0", "L1"}, levels      # L1 skips on this venv (sglang without its deps)
+    assert code == 9 and data["level"] == 1 and not data["passed"], err
+    l1 = [c for c in data["checks"] if c["level"] == "L1"]
+    assert [c["status"] for c in l1[:-1]] and all(c["status"] == "skipped" for c in l1[:-1]), l1
+    assert l1[-1]["status"] == "failed" and "every L1 check was skipped" in l1[-1]["detail"], l1[-1]
+    assert "missing module" in l1[-1]["detail"] and "--level 0" in l1[-1]["detail"], l1[-1]
+    assert data["error"].startswith("here: 1 check(s) failed at level 1: L1 smoke checks ran"), data["error"]
+    assert run_json(capsys, *h, "apply", "ddtree", "--host", "here", "--yes", "--gate", "check:1")[0] == 9
 
 
 def test_a_gate_the_host_cannot_run_is_refused_before_any_write(capsys, tmp_path, sglpatch_home, local_target):
