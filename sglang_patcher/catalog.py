@@ -124,7 +124,8 @@ class PatchsetDetails:
         return {"name": ps.name, "revision": ps.revision, "description": ps.description, "root": str(ps.root),
                 "withdrawn": me.withdrawn if me else None,
                 "revisions": [r.to_json() for r in self.revisions],
-                "targets": {v: {"series": list(ps.target(v).series), **self.files(v)} for v in ps.versions},
+                "targets": {v: {"series": list(ps.target(v).series), **self.files(v),
+                                "left_out": list(ps.target(v).left_out)} for v in ps.versions},
                 "checks": self.checks()}
 
     def __rich__(self) -> Group:
@@ -154,6 +155,11 @@ class PatchsetDetails:
                     t.add_row(p, Text(kind, style={"added": "green", "deleted": "red"}.get(kind, "")))
             parts.append(t)
             parts.append(Text("series: " + ", ".join(Path(s).name for s in ps.target(v).series), style="dim"))
+            left = ps.target(v).left_out
+            if left:     # a `patchset port --partial` target: apply refuses it until this is done
+                parts.append(Text(f"PARTIAL port: sglang {v} lacks {len(left)} change(s) (apply refuses it "
+                                  f"until they are made and targets.{v}.left_out deleted): "
+                                  + "; ".join(left), style="bold red"))
         checks = Table(title="checks", title_justify="left", show_header=False)
         checks.add_column("level", style="bold")
         checks.add_column("")

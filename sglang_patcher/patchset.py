@@ -560,8 +560,11 @@ def load_patchset(name_or_path: str | os.PathLike, *, search: list[Path] | None 
         if text not in found:
             names = ", ".join(sorted(found)) or "(none)"
             close = difflib.get_close_matches(text, sorted(found), n=1)
+            here = (as_path / _YAML).is_file()     # a directory of that name here: a path, not a name
             raise PatchsetError(f"unknown patchset {text!r}; available: {names}",
-                                hint=(f"did you mean {close[0]!r}? " if close else "")
+                                hint=(f"./{text} holds a {_YAML}: give it as a path, ./{text} (a bare "
+                                      "word is a patchset name); " if here else "")
+                                + (f"did you mean {close[0]!r}? " if close else "")
                                 + "searched " + ", ".join(str(d) for d in dirs))
         ps = _load_dir(found[text], origin=text)
         if ps.name != text:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import difflib
 import hashlib
 import json
@@ -91,6 +93,17 @@ def test_unknown_patchset_lists_available(tmp_path):
     with pytest.raises(PatchsetError) as exc:
         load_patchset("demoo", search=[tmp_path])
     assert "did you mean 'demo'?" in exc.value.hint
+    # a directory of that name here is a path to give as ./NAME (a bare word is a name)
+    mine = make_patchset(tmp_path / "cwd", "mine")
+    cwd = os.getcwd()
+    os.chdir(mine.parent)
+    try:
+        with pytest.raises(PatchsetError) as exc:
+            load_patchset("mine", search=[tmp_path])
+        assert "./mine holds a patchset.yaml: give it as a path, ./mine" in exc.value.hint, exc.value.hint
+        assert load_patchset("./mine").name == "mine"
+    finally:
+        os.chdir(cwd)
     with pytest.raises(PatchsetError) as exc:
         load_patchset("demo@x", search=[tmp_path])
     assert "is not a patchset name" in str(exc.value) and "NAME@REVISION" in exc.value.hint

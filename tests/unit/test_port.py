@@ -339,6 +339,12 @@ def test_cli_out_ports_into_a_copy_with_the_conflicted_files(tmp_path, home, run
     assert "PARTIALport:thistargetlacks2change(s)" in "".join(r.output.split()), r.output
     r = run("--json", "diff", str(out / "ddx"), "--sglang", NEW)
     assert len(json.loads(r.stdout)["left_out"]) == 2
+    # ...and so does `patchset show` (text and JSON)
+    r = run("patchset", "show", str(out / "ddx"))
+    assert r.exit_code == 0 and f"PARTIALport:sglang{NEW}lacks2change(s)" in "".join(r.output.split()), r.output
+    r = run("--json", "patchset", "show", str(out / "ddx"))
+    doc = json.loads(r.stdout)
+    assert len(doc["targets"][NEW]["left_out"]) == 2 and doc["targets"][OLD]["left_out"] == [], doc["targets"]
     assert (out / "conflicts" / f"sglang-{NEW}" / C).read_bytes() .count(b"<<<<<<< sglang 1.1") == 1
     report = json.loads((out / f"report-sglang-{NEW}.json").read_text())
     assert report["written"]["partial"] is True and report["mode"] == "out"
