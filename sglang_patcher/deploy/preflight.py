@@ -29,11 +29,20 @@ def refuse_unwritable(name: str, plan: DeployPlan, inspect: dict[str, Any]) -> N
     and what to do; return when there is none."""
     if not plan.to_push:
         return   # nothing to write: a no-op apply needs no write permission
+    refuse_blocked(name, f"cannot apply {plan.patchset} r{plan.revision}", "write",
+                   {path: fp.action for path, fp in plan.to_push.items()}, inspect)
+
+
+def refuse_blocked(name: str, what: str, verb: str, actions: dict[str, str], inspect: dict[str, Any]) -> None:
+    """The refusal of a step that would write (``write``) or delete (``delete``) the files of
+    ``actions`` ({path: action}) on host ``name``, judged by ``inspect``'s ``blocked`` and
+    ``state_blocked``: :class:`AgentError` (exit 8, ``not_writable``) whose message opens with
+    "NAME: WHAT: " and says "nothing was written"; return when nothing stops the step."""
     blocked = inspect.get("blocked") or {}
     found: dict[str, list[dict[str, Any]]] = {}
-    for path, fp in sorted(plan.to_push.items()):
+    for path, action in sorted(actions.items()):
         problems = [p for p in blocked.get(path, ())
-                    if not (fp.action == "delete" and p.get("kind") == "owner")]   # a deleted file keeps no owner
+                    if not (action == "delete" and p.get("kind") == "owner")]   # a deleted file keeps no owner
         if problems:
             found[path] = problems
     state = inspect.get("state_blocked")
@@ -46,8 +55,8 @@ def refuse_unwritable(name: str, plan: DeployPlan, inspect: dict[str, Any]) -> N
     if state:
         lines.append(state["line"])
         said.append(state["line"])
-    head = (f"{name}: cannot apply {plan.patchset} r{plan.revision}: "
-            + (f"{len(found)} of the {len(plan.to_push)} file(s) it would write cannot be replaced by {user}"
+    head = (f"{name}: {what}: "
+            + (f"{len(found)} of the {len(actions)} file(s) it would {verb} cannot be replaced by {user}"
                if found else f"{user} cannot write the host's state dir")
             + "; nothing was written")
     raise AgentError(head + ":\n    " + "\n    ".join(said), kind="not_writable",

@@ -25,6 +25,7 @@ from ..state import sglpatch_home
 from ..transport.base import Transport
 from ..transport.local import LocalTransport
 from .agent import Progress, agent_for, host_name, lock_takeover, no_progress
+from .preflight import refuse_blocked
 from .pristine import LocalBackups, PristineSource, Reader, wheel_reader
 from .records import (ACTIVE, SUPERSEDED, check_host_records, check_local_writable, local_paths, lost_records,
                       save_local_record, supersede_local_records, sync_local_records)
@@ -102,6 +103,7 @@ def rollback_host(transport: Transport, host: Host, info: HostInfo, deployment_i
     takeover = lock_takeover(name, hist.get("lock"), break_lock, "cannot roll back")
     if todo:
         check_local_writable(home, name)
+    refuse_unrestorable(name, agent, todo)
     rolled: list[str] = []
     already: list[str] = []
     final: dict[str, str | None] = {}
@@ -153,6 +155,33 @@ def rollback_host(transport: Transport, host: Host, info: HostInfo, deployment_i
                           round_trips=transport.round_trips - rt0, seconds=time.monotonic() - t0,
                           backups_put_back=put_back, drift_kept=kept,
                           bytecode={k: (sorted(set(v)) if k == "recompiled" else v) for k, v in bytecode.items()})
+
+
+def refuse_unrestorable(name: str, agent: Any, todo: list[dict[str, Any]]) -> None:
+    """Before a rollback of several deployments (``todo``, newest first) writes anything: every file
+    it would restore or delete — the live file not at the ``before`` of the oldest deployment that
+    touched it —, their directories and the state dir, judged as a push judges them (``inspect``'s
+    ``blocked``, :func:`.preflight.refuse_blocked`: exit 8 naming each file and why). One
+    deployment needs no round trip for it: the agent's ``rollback`` makes the same test before its
+    first write (so does the rollback of each deployment here, a race after this check included)."""
+    if len(todo) < 2:
+        return
+    final: dict[str, str | None] = {}
+    for d in todo:                     # newest first: the oldest's ``before`` is what stays
+        for p, f in d.get("files", {}).items():
+            final[p] = f.get("before") if isinstance(f, dict) else None
+    ins = agent.inspect(sorted(final))
+    live = ins.get("files") or {}
+    actions = {}
+    for p, before in final.items():
+        info = live.get(p) or {}
+        if before is None:
+            if info.get("exists"):
+                actions[p] = "delete"
+        elif info.get("sha256") != before:
+            actions[p] = "write"
+    ids = ", ".join(d["id"] for d in todo)
+    refuse_blocked(name, f"cannot roll back {ids}", "restore or delete", actions, ins)
 
 
 def not_on_host(agent: Any, home: Path, name: str, host: Host, info: HostInfo, deployment_id: str,

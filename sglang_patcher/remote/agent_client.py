@@ -152,7 +152,9 @@ _HINTS = {
     "not_regular": "replace the link with a regular file by hand, then rerun",
     "not_resumable": "roll the interrupted deployment back: `sglpatch rollback --host HOST`",
     "not_latest": "roll back the later deployments first (or pass the earliest id to --to)",
-    "rollback_failed": "inspect the host's .sglpatch/ journal and backups; rerun the rollback",
+    "rollback_failed": "the journal left in the host's state dir lets a rerun finish it: rerun `sglpatch rollback` "
+                       "(or `apply`, which rolls the interrupted deployment back first) once the cause is fixed; "
+                       "inspect the journal and backups there if it fails again",
     "backup_missing": "put the named backups back on the host (a local copy may be under $SGLPATCH_HOME/backups/), "
                       "then rerun the rollback; nothing was restored",
     "push_failed": "rerun the apply; nothing was left half-written",
@@ -221,6 +223,8 @@ class AgentClient:
         hint = _HINTS.get(kind)
         if kind == "not_writable" and "kinds" in out:
             hint = not_writable_hint(out["kinds"], out.get("user"))
+        elif kind in ("rollback_failed", "push_failed") and out.get("kinds"):   # the OS refused a path mid-way
+            hint = f"{not_writable_hint(out['kinds'], out.get('user'))}; {hint}"
         if kind == "lock_held":
             raise AgentLockHeldError(msg, kind=kind, details=details, hint=hint)
         if kind == "drift":

@@ -221,6 +221,79 @@ def test_apply_refuses_files_it_cannot_replace_before_writing_anything_a_dry_run
 
 
 @pytest.mark.ssh
+def test_rollback_refuses_a_file_made_immutable_after_the_apply_before_writing_anything(
+        capsys, tmp_path, sglpatch_home, sshd, sglang_target, chattr):
+    """New-user run: apply, then `chattr +i` on a patched file, then rollback. It restored 22 files,
+    died on the 23rd with a raw PermissionError (exit 10) and left the host pending — journal, lock,
+    one file still patched — and the next apply failed the same way. The rollback runs apply's
+    preflight first: exit 8 naming the host, the file and why, the chattr hint; nothing written
+    (every file still patched, no journal, no lock); apply is a clean no-op; cleared, it rolls back."""
+    host = sshd.host_entry(sglang_target, name="gpu-test")
+    h = ["--hosts", str(write_hosts(tmp_path / "hosts.yaml", host))]
+    site = sglang_target.site_packages
+    record = record_hashes(site)
+    code, data, err = run_json(capsys, *h, "apply", "ddtree", "--host", "gpu-test", "--yes")
+    assert code == 0 and data["status"] == "applied", err
+    touched = sorted(data["plan"]["files"])
+    patched = {p: live_hash(site, p) for p in touched}
+    state = site / ".sglpatch"
+    state_before = {p: p.read_bytes() for p in state.rglob("*") if p.is_file()}
+    spec = "sglang/srt/speculative/spec_utils.py"
+    chattr("+i", site / spec)
+
+    code, data, err = run_json(capsys, *h, "rollback", "--host", "gpu-test")
+    assert code == 8 and data["type"] == "AgentError", (data, err)
+    assert data["error"].startswith("gpu-test: rollback: cannot roll back deployment "), data["error"]
+    assert f"{spec} is immutable (chattr +i)" in data["error"] and "nothing was written" in data["error"], data
+    assert "chattr -i" in data["hint"], data["hint"]
+    assert {p: live_hash(site, p) for p in touched} == patched, "no file restored"
+    assert {p: p.read_bytes() for p in state.rglob("*") if p.is_file()} == state_before, "no lock, no journal"
+    assert not list(site.rglob(".*.sglpatch-*")), "nothing staged"
+
+    code, data, err = run_json(capsys, *h, "apply", "ddtree", "--host", "gpu-test", "--yes")
+    assert code == 0 and data["status"] == "already_applied", (data, err)
+
+    import subprocess
+    subprocess.run(["chattr", "-i", str(site / spec)], check=True)
+    code, data, err = run_json(capsys, *h, "rollback", "--host", "gpu-test")
+    assert code == 0, (data, err)
+    assert all(live_hash(site, p) == record.get(p) for p in touched), "every file back to pristine"
+
+
+def test_a_rollback_of_stacked_deployments_checks_every_file_before_the_first_is_undone(
+        capsys, tmp_path, sglpatch_home, local_target, chattr):
+    """`rollback --to` the first of two stacked deployments (ddtree r5, then r6 over it) undoes r6,
+    then r5. A file only r5 changed, made immutable, stopped r5's rollback after r6's had gone
+    through; now every file the whole rollback would restore is checked first: exit 8 naming both
+    deployments and the file, nothing written — both still active, every file as it was."""
+    from sglang_patcher.inventory import Host
+
+    h = ["--hosts", str(write_hosts(tmp_path / "hosts.yaml",
+                                    Host(name="here", transport="local", python=str(local_target))))]
+    site = local_target.site_packages
+    code, first, err = run_json(capsys, *h, "apply", "ddtree@5", "--host", "here", "--yes")
+    assert code == 0 and first["status"] == "applied", err
+    code, second, err = run_json(capsys, *h, "apply", "ddtree", "--host", "here", "--yes")
+    assert code == 0 and second["status"] == "applied", err
+    changed_by_second = {p for p, f in second["plan"]["files"].items() if f["action"] != "none"}
+    only_first = [p for p, f in sorted(first["plan"]["files"].items())
+                  if f["action"] == "write" and p not in changed_by_second]
+    assert only_first, "r6 left some file of r5 as r5 wrote it"
+    touched = sorted(set(first["plan"]["files"]) | set(second["plan"]["files"]))
+    live_before = {p: live_hash(site, p) for p in touched}
+    chattr("+i", site / only_first[0])
+    code, data, err = run_json(capsys, *h, "rollback", "--host", "here", "--to", first["deployment_id"])
+    assert code == 8 and data["type"] == "AgentError", (data, err)
+    assert data["error"].startswith(f"here: cannot roll back {second['deployment_id']}, {first['deployment_id']}: "), data
+    assert f"{only_first[0]} is immutable (chattr +i)" in data["error"] and "nothing was written" in data["error"]
+    assert "chattr -i" in data["hint"]
+    assert {p: live_hash(site, p) for p in touched} == live_before, "nothing restored"
+    code, data, err = run_json(capsys, *h, "status", "--host", "here")
+    assert code == 0 and not (site / ".sglpatch" / "journal.json").exists(), (data, err)
+    assert [d["phase"] for d in data["deployments"]][-2:] == ["verified", "verified"], data["deployments"]
+
+
+@pytest.mark.ssh
 def test_rollback_without_host_takes_the_latest_deployment(capsys, tmp_path, sglpatch_home,
                                                           sshd, sglang_target):
     host = sshd.host_entry(sglang_target, name="gpu-test")

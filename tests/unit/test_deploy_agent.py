@@ -12,6 +12,7 @@ import json
 import os
 import shutil
 import stat
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -484,3 +485,88 @@ def test_backup_tar_and_round_trips(agent, tree):
     assert t.round_trips - before == 1
     backups = agent.backup_tar(out["deployment"]["id"])
     assert backups == {r: ORIG[r] for r in ("sglang/srt/a.py", "sglang/srt/b.py")}
+
+
+@pytest.mark.parametrize("flag,where,kind", [("+i", "sglang/srt/b.py", "immutable"),
+                                              ("+a", "sglang/srt/new_dir/d.py", "append_only"),
+                                              ("+i", "sglang/srt", "immutable")])
+def test_a_rollback_refuses_files_it_could_not_restore_or_delete_before_any_write(agent, tree, chattr,
+                                                                                   flag, where, kind):
+    """A file a rollback would restore (or delete: one the deployment added) made immutable or
+    append-only after the apply, or its directory: the agent's rollback runs the push's preflight
+    first and refuses whole (not_writable, exit 8: each file and why, the chattr hint) — no file
+    restored, no lock, no journal, the record still verified — instead of failing on the n-th rename
+    and leaving the host half rolled back; once the flag is cleared it rolls back in full."""
+    out, holder = do_push(agent)
+    did = out["deployment"]["id"]
+    agent.finish(did, holder)
+    state = tree / ".sglpatch"
+    before = {p: p.read_bytes() for p in state.rglob("*") if p.is_file()}
+    chattr(flag, tree / where)
+    with pytest.raises(AgentError) as ei:
+        agent.rollback(did, make_holder(did))
+    err = ei.value
+    assert err.kind == "not_writable" and err.exit_code == 8, err
+    assert f"cannot roll back deployment {did}" in err.message and "nothing was written" in err.message, err.message
+    says = {"sglang/srt/b.py": "sglang/srt/b.py is immutable (chattr +i)",
+            "sglang/srt/new_dir/d.py": "sglang/srt/new_dir/d.py is append-only (chattr +a)",
+            "sglang/srt": f"sglang/srt/a.py: directory {tree / 'sglang/srt'} is immutable (chattr +i)"}[where]
+    assert says in err.message, err.message
+    assert f"chattr -{flag[1]}" in err.hint, err.hint
+    assert all(p.read_bytes() == data for p, data in before.items()), "the state dir is as it was"
+    assert sorted(p for p in state.rglob("*") if p.is_file()) == sorted(before), "no lock, no journal"
+    assert all(live(tree, rel) == sha(data) for rel, data in NEW.items()), "every file still deployed"
+    assert temps(tree) == []
+    assert agent.history()["deployments"][0]["phase"] == "verified"
+    subprocess.run(["chattr", "-" + flag[1], str(tree / where)], check=True)
+    agent.rollback(did, make_holder(did))
+    assert all(live(tree, rel) == sha(data) for rel, data in ORIG.items())
+    assert not (tree / "sglang/srt/new_dir/d.py").exists()
+
+
+def test_a_rollback_the_os_stops_mid_way_says_why_in_words_and_keeps_its_journal(agent, tree, monkeypatch):
+    """A rename of a rollback's restore refused by the OS after its preflight passed (a race): the
+    error says which rename and what the OS refused — not a raw PermissionError repr — and the
+    journal is left, so the next rollback finishes it (the journal recovery is as before)."""
+    out, holder = do_push(agent)
+    did = out["deployment"]["id"]
+    agent.finish(did, holder)
+    monkeypatch.setenv("SGLPATCH_AGENT_FAIL", "restore:2")
+    with pytest.raises(AgentStateError) as ei:
+        agent.rollback(did, make_holder(did))
+    err = ei.value
+    assert err.kind == "rollback_failed" and err.exit_code == 10, err
+    assert "was refused by the OS (Operation not permitted" in err.message, err.message
+    assert "PermissionError" not in err.message and "[Errno" not in err.message, err.message
+    assert "the journal" in err.message and "rerun" in err.hint, err
+    assert agent.history()["journal"]["phase"] == "rolling_back"
+    monkeypatch.delenv("SGLPATCH_AGENT_FAIL")
+    rb = agent.rollback(did, make_holder(did), break_lock=True)
+    assert rb["deployment"]["phase"] == "rolled_back"
+    assert all(live(tree, rel) == sha(data) for rel, data in ORIG.items())
+    assert agent.history()["journal"] is None
+
+
+def test_an_os_refusal_names_the_flag_that_caused_it(tmp_path, chattr):
+    """explain_os_error on real refusals: a rename over an immutable file, a file created in an
+    immutable directory — the OS's reason, then why by access's test, with the kind for the hint."""
+    from sglang_patcher.remote.deploy_agent.preflight import explain_os_error
+
+    target = tmp_path / "spec_utils.py"
+    target.write_text("x = 1\n")
+    tmp = tmp_path / ".spec_utils.py.sglpatch-x"
+    tmp.write_text("x = 2\n")
+    chattr("+i", target)
+    with pytest.raises(PermissionError) as ei:
+        os.replace(tmp, target)
+    text, kinds = explain_os_error(ei.value)
+    assert text == (f"renaming {tmp} over {target} was refused by the OS (Operation not permitted): "
+                    f"{target} is immutable (chattr +i)"), text
+    assert kinds == ["immutable"]
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    chattr("+i", locked)
+    with pytest.raises(PermissionError) as ei:
+        (locked / "new.py").write_text("")
+    text, kinds = explain_os_error(ei.value)
+    assert text.endswith(f"directory {locked} is immutable (chattr +i)") and kinds == ["immutable"], text

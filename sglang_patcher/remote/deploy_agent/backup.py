@@ -10,7 +10,7 @@ import os
 import sys
 import tarfile
 
-from .base import ACTIVE_PHASES, Fail, check_id, crash_point
+from .base import ACTIVE_PHASES, Fail, check_id, crash_point, fail_point
 from .files import file_info, fsync_dir, purge_bytecode, read_payload, remove_quiet, sha256_file, stage_file, write_atomic
 from .host import HostState
 from .journal import pending_fail
@@ -30,6 +30,21 @@ def bad_backups(h, did, plan):
         if not os.path.isfile(bpath) or sha256_file(bpath) != e["before"]:
             bad[rel] = bpath
     return bad
+
+
+def restore_actions(h, plan):
+    """What a restore of ``plan`` would change: {rel: "write"} for each file not back at its
+    ``before`` bytes and mode, {rel: "delete"} for each file the deployment added that is still
+    there (:func:`restore_plan`'s rule; what its preflight checks)."""
+    out = {}
+    for rel, e in sorted(plan.items()):
+        live = file_info(h.target(rel))
+        if e.get("before") is None:
+            if live["exists"]:
+                out[rel] = "delete"
+        elif not (live["sha256"] == e["before"] and live.get("mode") == e.get("orig_mode")):
+            out[rel] = "write"
+    return out
 
 
 def check_backups(h, did, plan):
@@ -93,6 +108,7 @@ def restore_plan(h, did, plan, created_dirs):
                        % (bpath, e["before"]))
         tmp = h.temp_for(rel, did)
         stage_file(tmp, data, e["before"], e["uid"], e["gid"], e["orig_mode"])
+        fail_point("restore", restored + 1, t)
         os.replace(tmp, t)
         restored += 1
         crash_point("restore", restored)

@@ -53,8 +53,9 @@ def crash_point(point, count):
 
 def fail_point(point, count, path):
     """Test hook: raise the ``PermissionError`` (EPERM) that renaming over an immutable file gives when
-    ``SGLPATCH_AGENT_FAIL`` is ``point:count`` — ``commit:n``: the n-th rename of a push fails — so
-    tests can make a push fail mid-way, after some files were renamed, whatever the host allows."""
+    ``SGLPATCH_AGENT_FAIL`` is ``point:count`` — ``commit:n``: the n-th rename of a push fails,
+    ``restore:n``: the n-th rename of a rollback's restore — so tests can make a push or a rollback
+    fail mid-way, after some files were renamed, whatever the host allows."""
     spec = os.environ.get("SGLPATCH_AGENT_FAIL")
     if spec and spec == "%s:%d" % (point, count):
         raise PermissionError(errno.EPERM, "Operation not permitted (test hook SGLPATCH_AGENT_FAIL=%s)" % spec,

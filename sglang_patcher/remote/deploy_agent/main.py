@@ -12,6 +12,7 @@ from ..access import user_name
 from .base import EXPECTED_FAILURE_EXIT, Fail
 from .checks import op_compile
 from .inspection import op_history, op_inspect
+from .preflight import explain_os_error
 from .prune import op_prune
 from .rollback import op_rollback
 from .transaction import op_finish, op_push, op_resume, op_unlock
@@ -36,9 +37,12 @@ def main(argv):
             out = dict(f.extra, ok=False, kind=f.kind, error=f.error)
             code = EXPECTED_FAILURE_EXIT
         except PermissionError as exc:  # an op met a path it may not change: said, not a traceback
-            out = {"ok": False, "kind": "not_writable", "path": exc.filename,
-                   "error": "%s: %s may not change %s (%s); it is another user's (root's, written through "
-                            "`sudo: true`?)" % (argv[1], user_name(os.geteuid()), exc.filename, exc.strerror)}
+            said, kinds = explain_os_error(exc)
+            out = {"ok": False, "kind": "not_writable", "path": exc.filename, "kinds": kinds,
+                   "user": user_name(os.geteuid()),
+                   "error": "%s: %s (as %s)%s" % (argv[1], said, user_name(os.geteuid()),
+                                                  "" if kinds else "; is it another user's (root's, written "
+                                                  "through `sudo: true`)?")}
             code = EXPECTED_FAILURE_EXIT
     sys.stdout.write(json.dumps(out, sort_keys=True) + "\n")
     sys.stdout.flush()

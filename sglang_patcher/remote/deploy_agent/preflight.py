@@ -100,35 +100,101 @@ def say(problems, shown=3):
     return said
 
 
+def problems_of(h, actions, who, infos=None):
+    """``(problems, lines, kinds)`` of ``actions`` ({rel: "write"|"delete"}) and the state dir:
+    ``problems`` [(rel, problem)] as :func:`target_problems` finds them, ``lines`` one sentence
+    each (the state dir's last), ``kinds`` the kinds of problem (``state_dir`` for the state
+    dir's) — what :func:`preflight` and :func:`refuse_blocked` refuse on. ``infos``: the files'
+    :func:`file_info` where the caller has it."""
+    problems = []
+    for rel, action in sorted(actions.items()):
+        info = infos[rel] if infos and rel in infos else file_info(h.target(rel))
+        problems += [(rel, p) for p in target_problems(h, rel, info, who, action)]
+    lines = [p["line"] for _rel, p in problems]
+    kinds = {p["kind"] for _rel, p in problems}
+    sp_problem = state_problem(h, who)
+    if sp_problem is not None:
+        lines.append(sp_problem["line"])
+        kinds.add("state_dir")
+    return problems, lines, kinds
+
+
+def refuse_blocked(h, actions, what, verb="change"):
+    """Before a step's first write (``rollback``'s restore): raise Fail(not_writable) when this user
+    could not replace (``write``) or delete (``delete``) a file of ``actions`` ({rel: action}), or
+    write the state dir — the test :func:`preflight` makes for a push. ``what`` opens the message
+    ("cannot roll back deployment X"); it names each file and why (``problems``: one line per
+    file and problem; ``kinds`` for the client's hint, ``files`` {rel: [problem]})."""
+    who = Who()
+    problems, lines, kinds = problems_of(h, actions, who)
+    if not lines:
+        return
+    files = {}
+    for rel, p in problems:
+        files.setdefault(rel, []).append(p)
+    said = lines if len(lines) <= 8 else say(problems) + lines[len(problems):]
+    head = ("%s: %d of the %d file(s) it would %s cannot be changed by %s"
+            % (what, len(files), len(actions), verb, who.me) if files
+            else "%s: %s cannot write the host's state dir" % (what, who.me))
+    raise Fail("not_writable", head + "; nothing was written:\n    " + "\n    ".join(said),
+               problems=lines, kinds=sorted(kinds), user=who.me, files=files)
+
+
+def explain_os_error(exc):
+    """What the OS refused mid-way (an ``OSError`` a preflight did not foresee: a flag set since,
+    a race), in words a user can act on: ``(text, kinds)`` — the operation and the OS's reason, then
+    why by :mod:`access`'s test (the file immutable or append-only, its directory not writable, a
+    read-only filesystem), with the kinds of problem for the client's hint."""
+    what = exc.strerror or str(exc)
+    src, dst = exc.filename, exc.filename2
+    if src and dst:
+        action = "renaming %s over %s" % (src, dst)
+    elif src:
+        action = "changing %s" % src
+    else:
+        action = "a file operation"
+    paths = [p for p in (dst, src) if p]
+    found = None
+    for p in paths:          # the file itself first (the rename's destination), then its directory
+        problem = attr_problem(p) if os.path.lexists(p) else None
+        if problem is not None:
+            found = (p, problem)
+            break
+    if found is None:
+        for p in paths:
+            d = nearest_existing(os.path.dirname(p))
+            problem = dir_problem(d)
+            if problem is not None:
+                found = ("directory " + d, problem)
+                break
+    text = "%s was refused by the OS (%s)" % (action, what)
+    if found is None:
+        return text, []
+    return "%s: %s %s" % (text, found[0], found[1][1]), [found[1][0]]
+
+
 def preflight(h, files, payload, reserve):
     """Before the first write: every touched file replaceable (:func:`target_problems`), the state
     dir writable, free disk for the new files and the backups. Raises Fail(not_regular) for a link
     or other non-regular file, Fail(not_writable) naming each problem (``problems``: one line per
     file and problem; ``kinds``: which kinds of problem, for the client's hint), Fail(no_space)."""
     who = Who()
-    problems = []
     need_target = 0
     need_state = 0
+    infos = {}
     for rel, spec in files.items():
         t = h.target(rel)
-        info = file_info(t)
+        info = infos[rel] = file_info(t)
         if info["exists"]:
             if info["type"] != "file":
                 raise Fail("not_regular", "%s is a %s, not a regular file; sglpatch replaces regular files "
                            "only" % (t, info["type"]))
             need_state += info["size"]
-        problems += [(rel, p) for p in target_problems(h, rel, info, who, spec["action"])]
         if spec["action"] == "write":
             need_target += len(payload[rel])
-    said = say(problems)
-    lines = [p["line"] for _rel, p in problems]
-    kinds = {p["kind"] for _rel, p in problems}
-    sp_problem = state_problem(h, who)
-    if sp_problem is not None:
-        lines.append(sp_problem["line"])
-        said.append(sp_problem["line"])
-        kinds.add("state_dir")
+    problems, lines, kinds = problems_of(h, {rel: spec["action"] for rel, spec in files.items()}, who, infos)
     if lines:
+        said = say(problems) + lines[len(problems):]
         raise Fail("not_writable", "; ".join(said), problems=lines, kinds=sorted(kinds), user=who.me)
     st = dir_facts(h.state)
     sp = dir_facts(h.root)

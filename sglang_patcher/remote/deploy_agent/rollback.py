@@ -1,16 +1,21 @@
 """``rollback``: put a deployment's originals back (refusing files edited since it wrote them,
 unless forced: their edited bytes are kept beside the backups), verify every file against its
-pre-deploy sha256, record it rolled back, release the lock."""
+pre-deploy sha256, record it rolled back, release the lock. Before anything is written (the lock
+included), every file it would restore or delete, their directories and the state dir pass the
+test a push makes (:func:`preflight.refuse_blocked`): a file this user could not replace
+(immutable, ...) is refused whole, never left half rolled back. An OS error met mid-way all the
+same (a race) keeps the journal, for the next run to finish, and says what the OS refused."""
 
 from __future__ import annotations
 
 import os
 
-from .backup import check_backups, restore_plan
+from .backup import check_backups, restore_actions, restore_plan
 from .base import ACTIVE_PHASES, Fail, check_id, now
 from .files import file_info, write_atomic, write_json
 from .host import HostState
 from .journal import pending_fail
+from .preflight import explain_os_error, refuse_blocked
 
 
 def op_rollback(a):
@@ -29,6 +34,8 @@ def op_rollback(a):
     if later:
         raise Fail("not_latest", "deployment %s was followed by %s on the same files; roll those back first"
                    % (did, ", ".join(later)), later=later)
+    refuse_blocked(h, restore_actions(h, rec["files"]), "cannot roll back deployment %s" % did,
+                   verb="restore or delete")
     h.acquire(holder, bool(a.get("break_lock")))
     if j is None:
         # A finished deployment: every file must still be what it wrote. A hand edit since then is
@@ -61,8 +68,10 @@ def op_rollback(a):
     try:
         rec["bytecode"] = restore_plan(h, did, rec["files"], rec.get("created_dirs"))
     except OSError as exc:
-        raise Fail("rollback_failed", "rollback of %s failed (%s: %s); the journal %s is left, run the "
-                   "rollback again" % (did, type(exc).__name__, exc, h.journal_path))
+        said, kinds = explain_os_error(exc)
+        raise Fail("rollback_failed", "rollback of %s failed: %s; the journal %s is left (the files "
+                   "restored so far stay restored): rerun the rollback once that is fixed"
+                   % (did, said, h.journal_path), kinds=kinds, path=exc.filename2 or exc.filename)
     rec["phase"] = "rolled_back"
     rec["times"]["rolled_back"] = now()
     write_json(h.record_path(did), rec)

@@ -20,7 +20,7 @@ from .base import Fail, check_id, crash_point, fail_point, now
 from .files import (file_info, fsync_dir, purge_bytecode, read_payload, remove_quiet, sha256_file, stage_file,
                     write_atomic, write_json)
 from .host import HostState
-from .preflight import preflight
+from .preflight import explain_os_error, preflight
 
 
 def build_plan(h, files, live):
@@ -119,7 +119,7 @@ def op_push(a):
             if not had_state:
                 remove_empty_dir(h.state)
         if isinstance(exc, OSError):
-            raise Fail("push_failed", "push of %s failed before any write (%s: %s)" % (did, type(exc).__name__, exc))
+            raise Fail("push_failed", "push of %s failed before any write: %s" % (did, explain_os_error(exc)[0]))
         raise
 
     journal = {"id": did, "patchset": dep.get("patchset"), "revision": dep.get("revision"),
@@ -158,12 +158,14 @@ def op_push(a):
         crash_point("pushed", 0)
         write_json(h.record_path(did), journal)
     except (OSError, Fail) as exc:
-        reason = exc.error if isinstance(exc, Fail) else "%s: %s" % (type(exc).__name__, exc)
+        reason, kinds = (exc.error, []) if isinstance(exc, Fail) else explain_os_error(exc)
         try:
             undo(h, did, journal)
         except (OSError, Fail) as exc2:
             raise Fail("push_failed", "push of %s failed (%s) and undoing it failed too (%s); the journal "
-                       "%s is left for the next run" % (did, reason, exc2, h.journal_path))
+                       "%s is left for the next run" % (did, reason, explain_os_error(exc2)[0]
+                                                        if isinstance(exc2, OSError) else exc2, h.journal_path),
+                       kinds=kinds)
         left = discard_backups(h, did, had_backups)
         if left:   # the journal names them: the next apply or rollback records them, prune deletes them
             h.release(holder, force=True)
@@ -176,7 +178,7 @@ def op_push(a):
             remove_empty_dir(h.state)
         kind = exc.kind if isinstance(exc, Fail) and exc.kind in ("drift", "verify_failed") else "push_failed"
         raise Fail(kind, "push of %s failed (%s); every file was restored and nothing it wrote is left on "
-                   "the host" % (did, reason))
+                   "the host" % (did, reason), kinds=kinds)
     return {"deployment": journal}
 
 
