@@ -24,6 +24,7 @@ the tree).
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import gzip
 import hashlib
@@ -530,8 +531,12 @@ def _unpack(host: str, stream: bytes | BinaryIO, tree: Path, accept: Callable[[s
                 try:
                     fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
                 except OSError as exc:
-                    raise TransportError(f"{host}: mirror path {dest} is not a regular file ({exc.strerror}); "
-                                         "delete the mirror and snapshot again") from None
+                    if exc.errno in (errno.ELOOP, errno.EISDIR, errno.ENOTDIR):   # a link or a directory there
+                        raise TransportError(f"{host}: mirror path {dest} is not a regular file ({exc.strerror}); "
+                                             "delete the mirror and snapshot again") from None
+                    # this machine refused the write (permissions, chattr, a full or read-only
+                    # disk): a local file error, said with its path (exit 1), not the host's
+                    raise OSError(exc.errno, exc.strerror, dest) from None
                 with open(fd, "wb", closefd=True) as f:
                     while block := src.read(1 << 20):
                         h.update(block)

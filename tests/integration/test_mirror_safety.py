@@ -12,6 +12,7 @@ import pytest
 from sglang_patcher.errors import StateError, TransportError
 from sglang_patcher.manifest import FileEntry
 from sglang_patcher.mirror import _extract
+from tests.support.inode_flags import chattr  # noqa: F401  (the fixture)
 
 
 def _tar(members: list[tuple[tarfile.TarInfo, bytes | None]], gz: bool = False) -> bytes:
@@ -75,6 +76,18 @@ def test_refuses_symlinked_directory_in_the_mirror(tmp_path):
     with pytest.raises(TransportError, match="escapes the mirror"):
         _extract("h", _tar([_file("sglang/a.py", b"A")]), ["sglang/a.py"], remote, tmp_path / "tree")
     assert not (tmp_path / "outside" / "a.py").exists()
+
+
+def test_a_mirror_this_machine_cannot_write_is_a_local_error_naming_the_file(tmp_path, chattr):
+    """A mirror directory this machine refuses to write (chattr +i here; a 0555 directory, a full
+    or read-only disk alike): an OSError naming the file — the CLI's local-file error, exit 1 —
+    not the host's fault (was TransportError 'is not a regular file', exit 5)."""
+    (tmp_path / "tree" / "sglang").mkdir(parents=True)
+    chattr("+i", tmp_path / "tree" / "sglang")
+    remote = _remote(**{"sglang/a.py": b"A"})
+    with pytest.raises(OSError) as exc:
+        _extract("h", _tar([_file("sglang/a.py", b"A")]), ["sglang/a.py"], remote, tmp_path / "tree")
+    assert not isinstance(exc.value, TransportError) and exc.value.filename.endswith("a.py"), exc.value
 
 
 def test_hash_mismatch_means_the_file_changed_during_the_snapshot(tmp_path):
