@@ -53,7 +53,9 @@ class HostInfo:
     entries are not; the first ones in ``unwritable``, each with why in ``unwritable_why`` — "is
     immutable (chattr +i)", "is not writable by USER (owner root, mode 0755)": the host-side test
     :mod:`sglang_patcher.remote.access` that apply's refusal uses too; ``site_packages_why`` for
-    site-packages itself). ``free_bytes``: free bytes on that filesystem
+    site-packages itself; ``state_dir_why`` for the host's state dir ``state_dir`` — the inventory's
+    ``state_dir`` or ``<site-packages>/.sglpatch`` — which apply and rollback must write:
+    ``access.state_dir_problem``, the deploy agent's rule). ``free_bytes``: free bytes on that filesystem
     for the login user. ``record``: the distribution's RECORD as ``{path: hex sha256 | None}``
     (empty when the distribution has no RECORD; see ``has_record``).
     """
@@ -74,6 +76,8 @@ class HostInfo:
     unwritable: list[str] = field(default_factory=list)
     unwritable_why: dict[str, str] = field(default_factory=dict)
     site_packages_why: str | None = None
+    state_dir: str | None = None
+    state_dir_why: str | None = None
     has_record: bool = True
     record: dict[str, str | None] = field(default_factory=dict, repr=False)
 
@@ -109,7 +113,7 @@ def discover(transport: Transport, host, *, record: bool = True,
     """
     py = host.python
     try:
-        out = call_json(transport, py, "probe", "probe", {"record": record},
+        out = call_json(transport, py, "probe", "probe", {"record": record, "state_dir": host.state_dir},
                         sudo=host.sudo, timeout=timeout)
     except RemoteCommandError as exc:
         text = (exc.stderr or "") + (exc.stdout or "")
@@ -188,7 +192,8 @@ def _interpret(host, py: str, out: dict[str, Any]) -> HostInfo:
         free_bytes=int(out.get("free_bytes") or 0), user=out.get("user"),
         unwritable_count=int(out.get("unwritable_count") or 0),
         unwritable=list(out.get("unwritable") or []), unwritable_why=dict(out.get("unwritable_why") or {}),
-        site_packages_why=out.get("site_packages_why"), has_record=dist.has_record,
+        site_packages_why=out.get("site_packages_why"), state_dir=out.get("state_dir"),
+        state_dir_why=out.get("state_dir_why"), has_record=dist.has_record,
         record=dict(out.get("record") or {}))
 
 

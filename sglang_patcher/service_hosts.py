@@ -90,7 +90,8 @@ class HostsCheckReport:
             i = c.info
             t.add_row(c.host.name, f"{i.interpreter} ({i.python_version})", str(i.sglang_version),
                       str(i.package_dir), "yes" if i.writable else Text("no, below", style="yellow"),
-                      human_bytes(i.free_bytes), Text("ok", style="green"))
+                      human_bytes(i.free_bytes),
+                      Text("ok", style="green") if i.writable else Text("not ok, below", style="yellow"))
             if not i.writable:
                 errors.append(Text(unwritable_text(c.host, i), style="yellow"))
         return Group(t, *errors)
@@ -99,19 +100,28 @@ class HostsCheckReport:
 def unwritable_text(host: Host, info: Any) -> str:
     """Why ``host``'s install is not writable by its login user: the first entries and each one's
     reason (the probe's, the same test apply refuses by), and what to do."""
-    lines = [f"{host.name}: not writable by {info.user or 'the login user'}: {info.unwritable_count} "
-             f"entr{'y' if info.unwritable_count == 1 else 'ies'} of the install"]
+    state_why = getattr(info, "state_dir_why", None)
+    said = [f"{info.unwritable_count} entr{'y' if info.unwritable_count == 1 else 'ies'} of the install"
+            ] if info.unwritable_count or info.site_packages_why or not state_why else []
+    if state_why:
+        said.append("its state dir")
+    lines = [f"{host.name}: not writable by {info.user or 'the login user'}: {' and '.join(said)}"]
     if info.site_packages_why:
         lines.append(f"  site-packages {info.site_packages} {info.site_packages_why}")
+    if state_why:
+        lines.append(f"  state dir {info.state_dir} {state_why}")
     for rel in info.unwritable[:8]:
         lines.append(f"  {rel} {info.unwritable_why.get(rel, 'is not writable')}")
     if info.unwritable_count > min(len(info.unwritable), 8):
         lines.append(f"  … and {info.unwritable_count - min(len(info.unwritable), 8)} more")
     whys = [*info.unwritable_why.values(), info.site_packages_why or ""]
     kinds = {"immutable" if "chattr +i" in w else "append_only" if "chattr +a" in w else
-             "read_only" if "read-only" in w else "permission" for w in whys if w}
-    lines.append("  hint: `apply` refuses a file it cannot replace before writing anything; "
-                 + not_writable_hint(kinds, info.user))
+             "read_only" if "read-only" in w else "permission" for w in [*whys, state_why or ""] if w}
+    if state_why:
+        kinds.add("state_dir")
+    lines.append("  hint: `apply` and `rollback` refuse a file they cannot replace"
+                 + (", and a state dir they cannot write," if state_why else "")
+                 + " before writing anything; " + not_writable_hint(kinds, info.user))
     return "\n".join(lines)
 
 

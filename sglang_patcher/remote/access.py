@@ -1,6 +1,6 @@
 """Whether this user may change a path on the host, and why not: the one test behind ``hosts
 --check``'s writable column (the probe walks the install with :func:`dir_problem` and
-:func:`replace_problem`) and behind
+:func:`replace_problem`, and checks the state dir with :func:`state_dir_problem`) and behind
 apply's refusal before anything is written (the deploy agent's ``inspect`` reports, and its ``push``
 refuses, what :func:`write_problem` and :func:`attr_problem` find for every touched file).
 
@@ -99,6 +99,21 @@ def dir_problem(path):
     """``(kind, why)`` when this user cannot add, replace and remove entries of the directory
     ``path``, else None: its flags first (an append-only directory passes ``access``)."""
     return attr_problem(path) or write_problem(path, search=True)
+
+
+def state_dir_problem(state):
+    """``(checked, kind, why)`` when this user cannot write the state dir ``state`` — or, while it
+    does not exist, the nearest directory above it that does (where it would be made) — else None:
+    :func:`dir_problem` of that directory. The deploy agent's preflight refuses a push or a rollback
+    by it; ``hosts --check`` reports it (the probe is given the host's ``state_dir``)."""
+    checked = state
+    while not os.path.exists(checked):
+        parent = os.path.dirname(checked)
+        if parent == checked:
+            break
+        checked = parent
+    problem = dir_problem(checked)
+    return None if problem is None else (checked, problem[0], problem[1])
 
 
 def replace_problem(path):

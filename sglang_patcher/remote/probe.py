@@ -6,9 +6,11 @@ only, never ``import sglang`` (slow on a GPU host, broken on a ``--no-deps`` ins
 ``{"ok": false, "kind": ..., "error": ...}`` and exit 3.
 
 Ops:
-  probe {record: bool=true}  -> interpreter facts, every visible ``sglang`` distribution, the package
+  probe {record: bool=true, state_dir: null} -> interpreter facts, every visible ``sglang`` distribution, the package
       dir ``importlib.util.find_spec`` resolves (without executing it), writability (the first
-      entries that stop this user's apply, each with why: ``access.dir_problem`` / ``replace_problem``), free bytes, and
+      entries that stop this user's apply, each with why: ``access.dir_problem`` / ``replace_problem``;
+      the state dir — ``state_dir`` or ``<site-packages>/.sglpatch``, as the deploy agent resolves
+      it — by ``access.state_dir_problem``), free bytes, and
       (when exactly one distribution is visible and ``record``) its RECORD as {path: hex sha256|null}.
   hash {site_packages, dist_info, package="sglang", cache=false, racy_s=2} -> {"files": [[path, sha256, size,
       mode], ...], "cache": {"hits", "hashed"}} for ``<package>/**`` and ``<dist_info>/**`` under
@@ -35,7 +37,7 @@ import re
 import sys
 import time
 
-from .access import dir_problem, replace_problem
+from .access import dir_problem, replace_problem, state_dir_problem
 
 EXPECTED_FAILURE_EXIT = 3
 
@@ -174,8 +176,16 @@ def op_probe(args):
         site = os.path.dirname(package_dir)
         count, bad, why = _writability(package_dir)
         site_problem = dir_problem(site)
+        # the state dir as the deploy agent resolves it (HostState), judged by the agent's rule
+        state = os.path.realpath(args.get("state_dir") or os.path.join(os.path.realpath(site), ".sglpatch"))
+        state_problem = state_dir_problem(state)
+        out["state_dir"] = state
+        out["state_dir_writable"] = state_problem is None
+        out["state_dir_why"] = state_problem and ("%s%s" % ("" if state_problem[0] == state else
+                                                            "(checked %s, where it would be made) " % state_problem[0],
+                                                            state_problem[2]))
         out["site_packages"] = site
-        out["writable"] = count == 0 and site_problem is None
+        out["writable"] = count == 0 and site_problem is None and state_problem is None
         out["site_packages_writable"] = site_problem is None
         out["site_packages_why"] = site_problem and site_problem[1]
         out["unwritable_count"] = count

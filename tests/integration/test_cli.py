@@ -260,6 +260,48 @@ def test_rollback_refuses_a_file_made_immutable_after_the_apply_before_writing_a
     assert all(live_hash(site, p) == record.get(p) for p in touched), "every file back to pristine"
 
 
+@pytest.mark.ssh
+@pytest.mark.parametrize("case", ["under an immutable directory", "in a directory the SSH user cannot write"])
+def test_hosts_check_judges_the_state_dir_as_apply_does(capsys, tmp_path, sglpatch_home, sshd, sglang_target,
+                                                        chattr, case):
+    """The inventory's `state_dir:` where the SSH user cannot write it: `hosts --check` said
+    "writable yes / ok" while `apply --dry-run` refused (exit 8, "cannot write the host's state
+    dir"). The probe is given the host's state dir and judges it by the agent's own rule
+    (access.state_dir_problem): not writable, not ok, with why and the hint; apply still refuses."""
+    parent = sshd.home / f"state-parent-{os.getpid()}"
+    parent.mkdir(exist_ok=True)
+    os.chown(parent, sshd.uid, sshd.gid)
+    state = parent / "sglpatch-state"
+    try:
+        if case == "under an immutable directory":
+            chattr("+i", parent)
+            why, hint = f"(checked {parent}, where it would be made) is immutable (chattr +i)", "chattr -i"
+        else:
+            os.chown(parent, 0, 0)
+            os.chmod(parent, 0o755)
+            why = f"(checked {parent}, where it would be made) is not writable by {sshd.user} (owner root, mode 0755)"
+            hint = "set `state_dir:` for this host to a directory it can write"
+        host = sshd.host_entry(sglang_target, name="gpu-test", state_dir=str(state))
+        h = ["--hosts", str(write_hosts(tmp_path / "hosts.yaml", host))]
+        code, data, err = run_json(capsys, *h, "hosts", "--check")
+        got = data["hosts"]["gpu-test"]
+        assert code == 0 and got["writable"] is False, (got, err)
+        assert got["state_dir"] == str(state) and got["state_dir_why"] == why, got
+        assert got["unwritable_count"] == 0 and got["unwritable"] == [], "the install itself is writable"
+        code, out, _ = run_cli(capsys, *h, "hosts", "--check")
+        flat = " ".join(out.split())
+        assert code == 0 and "not ok" in flat and f"state dir {state} {why}" in flat, out
+        assert f"not writable by {sshd.user}: its state dir" in flat and hint in flat, out
+        code, data, err = run_json(capsys, *h, "apply", "ddtree", "--host", "gpu-test", "--dry-run")
+        assert code == 8 and "cannot write the host's state dir" in data["error"], (data, err)
+        assert str(parent) in data["error"], data["error"]
+    finally:
+        import subprocess
+        subprocess.run(["chattr", "-i", str(parent)], check=False, capture_output=True)
+        import shutil
+        shutil.rmtree(parent, ignore_errors=True)
+
+
 def test_a_rollback_of_stacked_deployments_checks_every_file_before_the_first_is_undone(
         capsys, tmp_path, sglpatch_home, local_target, chattr):
     """`rollback --to` the first of two stacked deployments (ddtree r5, then r6 over it) undoes r6,

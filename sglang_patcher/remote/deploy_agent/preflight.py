@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 
-from ..access import attr_problem, dir_problem, replace_problem, user_name
+from ..access import attr_problem, dir_problem, replace_problem, state_dir_problem, user_name
 from .base import Fail
 from .files import dir_facts, file_info, nearest_existing
 
@@ -66,11 +66,10 @@ def target_problems(h, rel, info, who, action="write"):
 def state_problem(h, who):
     """``{"reason", "kind", "line"}`` when this user cannot write the state dir (or, while it does
     not exist, the nearest directory above it that does), else None."""
-    checked = nearest_existing(h.state)
-    problem = dir_problem(checked)
-    if problem is None:
+    found = state_dir_problem(h.state)
+    if found is None:
         return None
-    kind, why = problem
+    checked, kind, why = found
     return {"reason": "state dir not writable", "kind": kind,
             "line": "state dir %s (checked %s) %s" % (h.state, checked, why)}
 
