@@ -11,8 +11,9 @@ picks the release's own series — and one driver process runs the trained fixtu
   4; its ragged phase goes tree -> chain -> tree within each request);
 * every other release (0.5.21): the target alone and ``ddtree-b4-sched`` only. Its single phase
   verifies trees of 16 nodes, its batch phase trees of 8 (what ``ddtree-b4-n8`` covers) and its
-  ragged phase DFlash's own chain step inside the DDTREE worker (what the DFLASH arm's step is),
-  at about half the engine time.
+  ragged phase DFlash's own chain step inside the DDTREE worker (what the DFLASH arm's step is).
+  Measured on an idle 2-core machine: 0.5.21's engines 67 s and the whole release 2:17 (3 tests),
+  0.5.22's four arms 159 s and 3:34.
 
 Every token must equal the target's, and trees must accept drafts (more than DFLASH's chain where
 the release runs DFLASH). Negative control: the walk made off by one in that release's installed
