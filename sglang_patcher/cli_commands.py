@@ -84,7 +84,9 @@ def diff_cmd(app: AppContext, patchset: str, host_name: str | None, version: str
 @click.option("--dry-run", is_flag=True, help="Show the plan and the diff; change nothing.")
 @click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
 @click.option("--force", is_flag=True, help="Overwrite drifted files (their originals are backed up).")
-@click.option("--break-lock", is_flag=True, help="Remove a stale deploy lock on the host first.")
+@click.option("--break-lock", is_flag=True, help=("Break the host's deploy lock when its holder is gone but cannot be checked from here "
+                    "(another machine's, an unreadable lock). A holder that still runs is never broken: "
+                    "wait, or stop that process. A dead process of this machine is taken over without it."))
 @click.option("--gate", "gates", multiple=True, metavar="GATE",
               help="After the push: check:N (sglpatch check --level N must pass) or "
                    "bench:min-ratio=R (DDTREE tokens/s >= R x DFLASH at every concurrency). A failed "
@@ -150,7 +152,9 @@ def status_cmd(app: AppContext, host_name: str, patchset: str | None, expect: st
 @click.option("--keep", default=3, show_default=True, type=click.IntRange(min=0),
               help="Keep the backups of this many newest rolled-back deployments.")
 @click.option("--dry-run", is_flag=True, help="Only say what would be deleted.")
-@click.option("--break-lock", is_flag=True, help="Remove a stale deploy lock on the host first.")
+@click.option("--break-lock", is_flag=True, help=("Break the host's deploy lock when its holder is gone but cannot be checked from here "
+                    "(another machine's, an unreadable lock). A holder that still runs is never broken: "
+                    "wait, or stop that process. A dead process of this machine is taken over without it."))
 @pass_app
 def prune_cmd(app: AppContext, host_name: str, keep: int, dry_run: bool, break_lock: bool) -> None:
     """Delete the host's backups of rolled-back deployments (their records stay as history), and
@@ -164,7 +168,9 @@ def prune_cmd(app: AppContext, host_name: str, keep: int, dry_run: bool, break_l
               help="Host to roll back (default: the host of the latest local deployment record).")
 @click.option("--to", "deployment", default=None, metavar="DEPLOYMENT",
               help="Undo this deployment id (default: the latest one on the host).")
-@click.option("--break-lock", is_flag=True, help="Remove a stale deploy lock on the host first.")
+@click.option("--break-lock", is_flag=True, help=("Break the host's deploy lock when its holder is gone but cannot be checked from here "
+                    "(another machine's, an unreadable lock). A holder that still runs is never broken: "
+                    "wait, or stop that process. A dead process of this machine is taken over without it."))
 @click.option("--force", is_flag=True, help="Roll back files edited on the host since the "
               "deployment too (their edited bytes are kept under the host's backups/<id>.drifted/).")
 @pass_app

@@ -13,7 +13,7 @@ from typing import Any, Callable
 from ..discovery import HostInfo
 from ..errors import LockHeldError
 from ..inventory import Host
-from ..remote.agent_client import AgentClient, describe_holder, holder_is_stale
+from ..remote.agent_client import AgentClient, describe_holder, describe_running, holder_is_ours, holder_liveness
 from ..transport.base import Transport
 
 # ``progress(step, detail)``: told each step of an apply or rollback (the CLI prints it)
@@ -36,11 +36,29 @@ def agent_for(transport: Transport, host: Host, info: HostInfo) -> AgentClient:
 
 
 def lock_takeover(host: str, lock: dict[str, Any] | None, break_lock: bool, what: str) -> bool:
-    """Whether we may take over ``lock`` (none held: False); raises LockHeldError naming the holder
-    when it is held by a live process and ``break_lock`` is not given."""
+    """Whether we may take over ``lock`` (none held: False). A holder that is a process of this
+    machine that no longer runs is taken over by itself; ``break_lock`` breaks a holder that cannot
+    be checked from here (another machine's, an unreadable lock) or this very process's own; a
+    holder that still runs is never broken (the agent checks again on the host). Raises
+    LockHeldError (exit 8) naming the holder — its pid, host and command and that it still runs,
+    when it does — and what to do."""
     if lock is None:
         return False
-    if break_lock or holder_is_stale(lock):
+    state, command = holder_liveness(lock)
+    if state == "gone":
+        return True
+    if state == "running" and holder_is_ours(lock):
+        if break_lock:
+            return True
+        raise LockHeldError(f"{host}: {what}: the host is locked by {describe_holder(lock)}, an earlier step "
+                            f"of this process", hint="rerun with --break-lock")
+    if state == "running":
+        raise LockHeldError(
+            f"{host}: {what}: the host is locked by {describe_holder(lock)}: {describe_running(lock, command)}"
+            + ("; --break-lock breaks only a lock whose holder no longer runs" if break_lock else ""),
+            hint=f"wait for it to finish (`sglpatch status --host {host}` shows the lock), or, if it hangs, "
+                 f"stop that process (`kill {lock.get('pid')}` on {lock.get('host')}) and rerun")
+    if break_lock:
         return True
     raise LockHeldError(f"{host}: {what}: the host is locked by {describe_holder(lock)}",
                         hint="wait for it to finish; if that process is gone, rerun with --break-lock")

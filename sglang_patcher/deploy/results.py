@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, Iterable
 
 from ..applier import ApplyResult
 from ..checks import CheckReport
-from ..remote.agent_client import describe_holder, holder_is_stale
+from ..remote.agent_client import describe_holder, describe_running, holder_is_stale, holder_liveness
 from .records import ACTIVE, damaged_hint, record_summary
 
 if TYPE_CHECKING:
@@ -273,6 +273,7 @@ class StatusReport:
                 "deployments": [record_summary(d) for d in self.deployments],
                 "journal": record_summary(self.journal) if self.journal else None, "lock": self.lock,
                 "lock_stale": holder_is_stale(self.lock),
+                "lock_running": bool(self.lock) and holder_liveness(self.lock)[0] == "running",
                 "damaged": list(self.damaged), "older_revision": self.older_revision,
                 "bad_backups": dict(self.bad_backups), "local_backups": dict(self.local_backups),
                 "note": self.note, "warnings": list(self.warnings), "retired": list(self.retired),
@@ -337,9 +338,13 @@ class StatusReport:
             parts.append(Text(f"  pending: deployment {self.journal.get('id')} interrupted in phase "
                               f"{self.journal.get('phase')} — run apply again or rollback", style="yellow"))
         if self.lock:
+            state, command = holder_liveness(self.lock)
             parts.append(Text(f"  locked by {describe_holder(self.lock)} — " + (
                 "that process no longer runs on this machine: the next apply or rollback takes the lock over"
-                if holder_is_stale(self.lock) else
+                if state == "gone" else
+                f"{describe_running(self.lock, command)}: wait for it to finish, or stop that process; "
+                "--break-lock breaks only a lock whose holder no longer runs"
+                if state == "running" else
                 "if no deployment is running (a crash elsewhere), apply or rollback with --break-lock"),
                 style="yellow"))
         t = Table(title="files")

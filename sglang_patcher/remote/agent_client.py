@@ -24,9 +24,11 @@ from ..errors import DeployError, DriftError, LockHeldError, StateError
 from ..manifest import sha256_bytes
 from ..transport.base import Transport
 from . import launcher
+from .holder import holder_liveness
 
 __all__ = ["AGENT", "AgentClient", "AgentError", "AgentDriftError", "AgentLockHeldError", "AgentStateError",
-           "make_holder", "describe_holder", "holder_is_stale", "not_writable_hint", "payload_tar", "untar"]
+           "make_holder", "describe_holder", "holder_is_stale", "holder_is_ours", "holder_liveness",
+           "describe_running", "not_writable_hint", "payload_tar", "untar"]
 
 AGENT = "deploy_agent"
 
@@ -58,32 +60,20 @@ def describe_holder(h: dict[str, Any] | None) -> str:
 
 
 def holder_is_stale(h: dict[str, Any] | None) -> bool:
-    """True when the holder is a process on THIS machine that no longer runs (safe to take over)."""
-    if not h or h.get("unreadable") or h.get("host") != socket.gethostname():
-        return False
-    try:
-        pid = int(h.get("pid"))  # type: ignore[arg-type]
-    except (TypeError, ValueError):
-        return False
-    if pid == os.getpid():
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    except PermissionError:
-        return False
-    return _is_zombie(pid)  # killed, not yet reaped by its parent: it holds nothing any more
+    """True when the holder is a process on THIS machine that no longer runs (safe to take over):
+    :func:`holder_liveness` says ``gone``."""
+    return holder_liveness(h)[0] == "gone"
 
 
-def _is_zombie(pid: int) -> bool:
-    """True when ``pid`` has exited but is not reaped (state Z in /proc; False where there is none)."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            stat_line = f.read()
-    except OSError:
-        return False
-    return stat_line[stat_line.rfind(b")") + 2:][:1] == b"Z"
+def holder_is_ours(h: dict[str, Any] | None) -> bool:
+    """True when the holder is this very process (an earlier step of ours that failed)."""
+    return bool(h) and h.get("host") == socket.gethostname() and str(h.get("pid")) == str(os.getpid())
+
+
+def describe_running(h: dict[str, Any], command: str | None) -> str:
+    """"pid N (COMMAND) still runs on HOST": what a refusal to break a live holder's lock says."""
+    return (f"its process, pid {h.get('pid')}" + (f" ({command})" if command else "")
+            + f", still runs on {h.get('host')}")
 
 
 # ------------------------------------------------------------------------------------ the payload
@@ -142,7 +132,8 @@ class AgentStateError(_AgentFailure, StateError):
 
 
 _HINTS = {
-    "lock_held": "wait for that deployment to end; if it is dead, rerun with --break-lock",
+    "lock_held": "wait for that deployment to end; if its process is gone, rerun with --break-lock (it breaks "
+                 "only a lock whose holder no longer runs)",
     "journal_pending": "run `sglpatch apply` again (it resumes or rolls back) or `sglpatch rollback`",
     "changed": "another apply or rollback changed the host after this one looked at it; run the command "
                "again: it plans against the host as it is now (a clean no-op when it already carries the revision)",
@@ -226,6 +217,9 @@ class AgentClient:
         elif kind in ("rollback_failed", "push_failed") and out.get("kinds"):   # the OS refused a path mid-way
             hint = f"{not_writable_hint(out['kinds'], out.get('user'))}; {hint}"
         if kind == "lock_held":
+            if out.get("running"):
+                hint = ("wait for it to finish, or stop that process on its host (`kill PID`) if it hangs, then "
+                        "rerun; --break-lock breaks only a lock whose holder no longer runs")
             raise AgentLockHeldError(msg, kind=kind, details=details, hint=hint)
         if kind == "drift":
             raise AgentDriftError(msg, kind=kind, details=details, hint=hint)

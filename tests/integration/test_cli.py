@@ -1200,6 +1200,80 @@ def test_status_says_whether_a_lock_holder_is_gone(capsys, tmp_path, sglpatch_ho
     assert run_json(capsys, *h, "rollback", "--host", "here")[0] == 0
 
 
+@pytest.mark.ssh
+def test_break_lock_never_breaks_a_lock_whose_holder_still_runs(capsys, tmp_path, sglpatch_home, sshd,
+                                                               sglang_target):
+    """New-user run: the host lock's pid set to a live process, `rollback --break-lock` removed it
+    and went ahead. --break-lock breaks only a lock whose holder is gone: a running holder is
+    refused (exit 8) naming its pid, host and command and that it still runs, and what to do —
+    by the client, and again by the agent on the host (asked directly). Once that process ends the
+    lock is taken over without --break-lock; a lock whose pid now belongs to a process started
+    after the lock was taken (pid reuse) is stale too."""
+    import socket
+    import subprocess
+
+    from sglang_patcher.deploy import make_holder
+
+    host = sshd.host_entry(sglang_target, name="gpu-test")
+    h = ["--hosts", str(write_hosts(tmp_path / "hosts.yaml", host))]
+    site = sglang_target.site_packages
+    lock = site / ".sglpatch" / "lock"
+    busy = subprocess.Popen(["sleep", "120"])
+    try:
+        holder = {**make_holder("20261201T000000Z-busy"), "host": socket.gethostname(), "pid": busy.pid}
+        text = json.dumps(holder)
+        patched = None
+        for cmd in (["apply", "ddtree", "--host", "gpu-test", "--yes", "--break-lock"],
+                    ["rollback", "--host", "gpu-test", "--break-lock"]):
+            if patched is None:    # rollback: a deployment to roll back, then the busy lock again
+                lock.parent.mkdir(exist_ok=True)
+                os.chown(lock.parent, sshd.uid, sshd.gid)
+            else:
+                code, data, err = run_json(capsys, *h, "apply", "ddtree", "--host", "gpu-test", "--yes")
+                assert code == 0, err
+            patched = {p: live_hash(site, p) for p in run_json(capsys, "diff", "ddtree", "--sglang", VERSION)[1]["files"]}
+            lock.write_text(text)
+            os.chown(lock, sshd.uid, sshd.gid)
+            code, data, err = run_json(capsys, *h, *cmd)
+            assert code == 8 and data["type"] == "LockHeldError", (cmd, data, err)
+            assert f"pid {busy.pid} (sleep 120), still runs on {socket.gethostname()}" in data["error"], data
+            assert "--break-lock breaks only a lock whose holder no longer runs" in data["error"], data
+            assert f"kill {busy.pid}" in data["hint"] and "wait" in data["hint"], data
+            assert lock.read_text() == text, "the lock is kept"
+            assert {p: live_hash(site, p) for p in patched} == patched, "nothing written"
+            if cmd[0] == "apply":
+                lock.unlink()
+        code, out, _ = run_cli(capsys, *h, "status", "--host", "gpu-test")
+        assert "still runs" in " ".join(out.split()), out
+
+        # the agent on the host refuses too, when asked to break the lock directly
+        from sglang_patcher.deploy import AgentLockHeldError
+        from sglang_patcher.deploy.agent import agent_for
+        from sglang_patcher.service import session
+        with session(host) as (transport, info):
+            agent = agent_for(transport, host, info)
+            did = agent.history()["deployments"][-1]["id"]
+            with pytest.raises(AgentLockHeldError) as ei:
+                agent.rollback(did, {**make_holder(did), "pid": 1}, break_lock=True)
+            assert ei.value.details.get("running") is True and "still runs" in ei.value.message, ei.value
+            assert f"kill" in ei.value.hint, ei.value.hint
+            with pytest.raises(AgentLockHeldError):
+                agent.unlock({**make_holder(did), "pid": 1}, break_lock=True)
+        assert lock.read_text() == text
+
+        # a pid given to a process started after the lock was taken: that holder is gone
+        lock.write_text(json.dumps({**holder, "started": "2020-01-01T00:00:00Z"}))
+        code, data, err = run_json(capsys, *h, "status", "--host", "gpu-test")
+        assert code == 0 and data["lock_stale"] is True and data["lock_running"] is False, data
+        lock.write_text(text)
+    finally:
+        busy.kill()
+        busy.wait()
+    code, data, err = run_json(capsys, *h, "rollback", "--host", "gpu-test")   # gone: taken over by itself
+    assert code == 0 and data["rolled_back"], (data, err)
+    assert not lock.exists()
+
+
 def test_status_of_a_host_without_records_judges_the_files_of_the_patchsets_for_its_release(
         capsys, tmp_path, sglpatch_home, local_target):
     """No sglpatch record on the host: status still decides by hashes, judging the files of every

@@ -1,11 +1,14 @@
 """The host's lock: one ``O_EXCL`` file holding the JSON holder (user, pid, host, start time,
-deployment, token) of the one client that may change the host's files and state."""
+deployment, token) of the one client that may change the host's files and state. Breaking it
+(``break_lock``) is refused while its holder is a process of this host that still runs
+(:mod:`holder`)."""
 
 from __future__ import annotations
 
 import json
 import os
 
+from ..holder import holder_liveness
 from .base import Fail
 from .files import fsync_dir, read_json
 
@@ -17,6 +20,21 @@ def describe_holder(h):
         return "an unreadable lock file (break it with --break-lock if no deployment is running)"
     return "%s@%s pid %s since %s (deployment %s)" % (h.get("user"), h.get("host"), h.get("pid"),
                                                       h.get("started"), h.get("deployment"))
+
+
+def refuse_live_holder(path, cur, holder):
+    """``--break-lock`` breaks only a lock whose holder no longer runs: raise Fail(lock_held,
+    ``running``) when ``cur`` is a process of this host that still runs — unless it is the very
+    client process asking (``holder``: same host and pid; its own earlier lock)."""
+    state, command = holder_liveness(cur)
+    if state != "running":
+        return
+    if isinstance(holder, dict) and holder.get("host") == cur.get("host") and str(holder.get("pid")) == str(cur.get("pid")):
+        return
+    raise Fail("lock_held", "another deployment holds the lock %s: %s; its process, pid %s%s, still runs on %s: "
+               "--break-lock breaks only a lock whose holder no longer runs"
+               % (path, describe_holder(cur), cur.get("pid"), " (%s)" % command if command else "", cur.get("host")),
+               holder=cur, running=True, command=command)
 
 
 class HostLock:
@@ -44,6 +62,7 @@ class HostLock:
                 if cur.get("token") == holder["token"]:
                     return "held"
                 if break_lock and not broken:
+                    refuse_live_holder(self.lock_path, cur, holder)
                     try:
                         os.unlink(self.lock_path)
                     except FileNotFoundError:

@@ -20,6 +20,7 @@ from .base import Fail, check_id, crash_point, fail_point, now
 from .files import (file_info, fsync_dir, purge_bytecode, read_payload, remove_quiet, sha256_file, stage_file,
                     write_atomic, write_json)
 from .host import HostState
+from .lock import refuse_live_holder
 from .preflight import explain_os_error, preflight
 
 
@@ -294,5 +295,9 @@ def op_finish(a):
 
 def op_unlock(a):
     h = HostState(a)
-    released = h.release(a.get("holder"), force=bool(a.get("break_lock")))
+    cur = h.read_lock()
+    holder = a.get("holder")
+    if a.get("break_lock") and cur and not (isinstance(holder, dict) and cur.get("token") == holder.get("token")):
+        refuse_live_holder(h.lock_path, cur, holder)
+    released = h.release(holder, force=bool(a.get("break_lock")))
     return {"released": released}
