@@ -608,7 +608,7 @@ def test_an_interpreter_that_is_not_python_is_named_without_the_payload(capsys, 
 
 
 def test_demo_refuses_an_unsupported_release_before_touching_the_sandbox(capsys, sglpatch_home):
-    code, _, err = run_cli(capsys, "demo", "--sglang", "0.5.21")
+    code, _, err = run_cli(capsys, "demo", "--sglang", "0.5.18")
     assert code == 3 and "0.5.23" in err
     assert not (sglpatch_home / "sandbox").exists()
 
@@ -900,9 +900,9 @@ def test_the_sandbox_not_built_yet_says_to_run_the_demo(capsys, tmp_path, sglpat
 
 
 def test_patchset_refresh_refuses_an_unsupported_release_before_any_download(capsys, sglpatch_home):
-    code, _, err = run_cli(capsys, "patchset", "refresh", "ddtree", "--sglang", "0.5.21")
-    assert code == 3 and "0.5.21" in err and VERSION in err
-    assert not any((sglpatch_home / "wheels").rglob("sglang-0.5.21*")), "nothing downloaded"
+    code, _, err = run_cli(capsys, "patchset", "refresh", "ddtree", "--sglang", "0.5.18")
+    assert code == 3 and "0.5.18" in err and VERSION in err
+    assert not any((sglpatch_home / "wheels").rglob("sglang-0.5.18*")), "nothing downloaded"
 
 
 @pytest.mark.parametrize("args", [("hosts", "--hosts"), ("status", "--host", "sandbox", "--hosts")])
