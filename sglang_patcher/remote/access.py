@@ -101,17 +101,22 @@ def dir_problem(path):
     return attr_problem(path) or write_problem(path, search=True)
 
 
+def nearest_existing(path):
+    """``path`` or, while it does not exist, the nearest directory above it that does."""
+    while not os.path.exists(path):
+        parent = os.path.dirname(path)
+        if parent == path:
+            break
+        path = parent
+    return path
+
+
 def state_dir_problem(state):
     """``(checked, kind, why)`` when this user cannot write the state dir ``state`` — or, while it
     does not exist, the nearest directory above it that does (where it would be made) — else None:
     :func:`dir_problem` of that directory. The deploy agent's preflight refuses a push or a rollback
     by it; ``hosts --check`` reports it (the probe is given the host's ``state_dir``)."""
-    checked = state
-    while not os.path.exists(checked):
-        parent = os.path.dirname(checked)
-        if parent == checked:
-            break
-        checked = parent
+    checked = nearest_existing(state)
     problem = dir_problem(checked)
     return None if problem is None else (checked, problem[0], problem[1])
 

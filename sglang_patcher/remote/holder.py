@@ -14,26 +14,22 @@ import socket
 import time
 
 
-def _proc_start(pid):
-    """When process ``pid`` started (epoch seconds), from /proc; None where it cannot be read."""
+def _proc_stat(pid):
+    """``(state, started)`` of process ``pid`` from /proc: its state letter (``b"Z"`` for a zombie)
+    and when it started (epoch seconds); None for what cannot be read."""
     try:
         with open("/proc/%d/stat" % pid, "rb") as f:
             fields = f.read().rsplit(b")", 1)[1].split()
+    except (OSError, IndexError):
+        return None, None
+    state = fields[0][:1] if fields else None
+    try:
         ticks = int(fields[19])       # field 22, starttime: clock ticks after boot
         with open("/proc/stat", "rb") as f:
             btime = next(int(line.split()[1]) for line in f if line.startswith(b"btime "))
-        return btime + ticks / os.sysconf("SC_CLK_TCK")
+        return state, btime + ticks / os.sysconf("SC_CLK_TCK")
     except (OSError, ValueError, IndexError, StopIteration):
-        return None
-
-
-def _proc_state(pid):
-    try:
-        with open("/proc/%d/stat" % pid, "rb") as f:
-            data = f.read()
-    except OSError:
-        return None
-    return data[data.rfind(b")") + 2:][:1]
+        return state, None
 
 
 def process_command(pid, limit=160):
@@ -69,10 +65,10 @@ def holder_liveness(h):
             pass                        # another user's process: it exists
         except OSError:
             return "unknown", None
-        if _proc_state(pid) == b"Z":    # killed, not yet reaped by its parent: it holds nothing any more
+        proc_state, begun = _proc_stat(pid)
+        if proc_state == b"Z":          # killed, not yet reaped by its parent: it holds nothing any more
             return "gone", None
         started = _lock_started(h)
-        begun = _proc_start(pid)
         if started is not None and begun is not None and begun > started + 2:
             return "gone", None         # the pid was given to a process started after the lock was taken
     return "running", process_command(pid)

@@ -10,6 +10,7 @@ import os
 import stat
 import tarfile
 
+from ..access import nearest_existing
 from .base import Fail, crash_point
 
 _CHUNK = 1 << 20
@@ -82,15 +83,6 @@ def file_info(path):
         info["type"] = "symlink" if stat.S_ISLNK(st.st_mode) else "other"
         info["sha256"] = None
     return info
-
-
-def nearest_existing(path):
-    while not os.path.exists(path):
-        parent = os.path.dirname(path)
-        if parent == path:
-            break
-        path = parent
-    return path
 
 
 def dir_facts(path):

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import os
 
-from ..access import attr_problem, dir_problem, replace_problem, state_dir_problem, user_name
+from ..access import attr_problem, dir_problem, nearest_existing, replace_problem, state_dir_problem, user_name
 from .base import Fail
-from .files import dir_facts, file_info, nearest_existing
+from .files import dir_facts, file_info
 
 # what each kind of problem of a file's directory / of the file itself says, after "N file(s) "
 _DIR_REASON = {"permission": "in a directory not writable by %(me)s",
