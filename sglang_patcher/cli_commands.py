@@ -294,12 +294,23 @@ def _ints(text: str | None) -> list[int] | None:
     return vals
 
 
+def _budgets(text: str | None) -> list[int | str] | None:
+    """``--budgets``: whole numbers >= 1 and ``auto``, separated by commas."""
+    if text is None:
+        return None
+    parts = [x.strip().lower() for x in text.split(",") if x.strip()]
+    if not parts or not all(p == "auto" or (p.isdigit() and int(p) >= 1) for p in parts):
+        raise click.BadParameter(f"{text!r}: give budgets >= 1 or auto, separated by commas, e.g. 16,64,auto")
+    return [p if p == "auto" else int(p) for p in parts]
+
+
 @cli.command("bench")
 @click.option("--host", "host_name", required=True, help="Host (a name from the inventory).")
 @click.option("--concurrency", default=None, metavar="N,N,...",
               help="Concurrent requests to measure at (default: serve.bench.concurrency).")
 @click.option("--budgets", default=None, metavar="N,N,...",
-              help="DDTREE budgets, one server start each (default: serve.bench.budgets, else serve.ddtree.budget).")
+              help="DDTREE budgets, one server start each (default: serve.bench.budgets, else "
+                   "serve.ddtree.budget); auto: the server's own planner, up to serve.ddtree.budget.")
 @click.option("--arms", default="none,DFLASH,DDTREE", show_default=True,
               help="Which of none (the target alone), DFLASH, DDTREE to measure.")
 @click.option("--requests", type=click.IntRange(min=1), default=None,
@@ -329,7 +340,7 @@ def bench_cmd(app: AppContext, host_name: str, concurrency: str | None, budgets:
     arm_list = [a.strip() for a in arms.split(",") if a.strip()]
     if sweep:
         arm_list = ["DFLASH", "DDTREE"]
-    run = service_bench.bench_host(host, arms=arm_list, concurrency=_ints(concurrency), budgets=_ints(budgets),
+    run = service_bench.bench_host(host, arms=arm_list, concurrency=_ints(concurrency), budgets=_budgets(budgets),
                              requests=requests, max_new_tokens=max_new_tokens, prompts=prompts,
                              rounds=rounds, compare=compare, plot_path=plot_path, sweep=sweep,
                              inventory_path=app.inventory_path(), client=client, log=app.say)

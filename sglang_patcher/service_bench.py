@@ -11,22 +11,26 @@ from .errors import ConfigError
 from .inventory import Host
 from .serve.bench import Arm as BenchArm, BenchRun, last_comparable, plot, run_bench, store
 from .serve.check import load_prompts
+from .patchset import BUDGET_AUTO
+from .serve.schedule import AUTO, is_auto
 from .serve.server import check_model_paths
 from .service import Log, quiet, session
-from .service_sweep import write_sweep
+from .service_sweep import deployed_features, write_sweep
 
 __all__ = ["bench_host"]
 
 
 def bench_host(host: Host, *, arms: Sequence[str] = ("none", "DFLASH", "DDTREE"),
-               concurrency: Sequence[int] | None = None, budgets: Sequence[int] | None = None,
+               concurrency: Sequence[int] | None = None, budgets: Sequence[int | str] | None = None,
                requests: int | None = None, max_new_tokens: int | None = None,
                prompts: str | Path | None = None, rounds: int = 1, compare: bool = False,
                plot_path: Path | None = None, store_run: bool = True, sweep: bool = False,
                inventory_path: Path | None = None, client: str = "auto", home: Path | None = None,
                log: Log = quiet) -> BenchRun:
     """``sglpatch bench``: output tokens/s, time per output token and accept length of ``arms``
-    (``none``, ``DFLASH``, ``DDTREE`` at each of ``budgets``) at each ``concurrency``, measured
+    (``none``, ``DFLASH``, ``DDTREE`` at each of ``budgets``; ``"auto"`` among them: DDTREE with
+    ``--speculative-ddtree-budget-schedule auto`` up to the profile's budget, where the deployed
+    revision has the planner) at each ``concurrency``, measured
     side by side on the host (defaults from the host's ``serve.bench`` profile). The run is stored
     in the local history; ``compare`` attaches the last comparable run; ``plot_path`` draws tokens/s
     against concurrency. ``sweep``: DDTREE at every budget (DFLASH beside it), then the fastest
@@ -35,7 +39,8 @@ def bench_host(host: Host, *, arms: Sequence[str] = ("none", "DFLASH", "DDTREE")
     patchset revision needs for several widths; otherwise the schedule is only shown.
 
     Raises ConfigError (no serve profile, no draft model for a speculative arm, a model path
-    missing on the host — said before any server starts), ServerError
+    missing on the host, ``auto`` on a host whose revision has no planner or a profile with CUDA
+    graphs — said before any server starts), ServerError
     (exit 9: a server did not start, or failed or died during the run), TransportError.
     """
     profile = host.serve
@@ -53,12 +58,22 @@ def bench_host(host: Host, *, arms: Sequence[str] = ("none", "DFLASH", "DDTREE")
     bud = list(budgets or cfg.budgets or [profile.ddtree.budget])
     arm_list = [BenchArm(a) for a in arms if a != "DDTREE"]
     if "DDTREE" in arms:
-        arm_list += [BenchArm("DDTREE", b, profile.ddtree.topk) for b in bud]
+        arm_list += [BenchArm("DDTREE", profile.ddtree.budget, profile.ddtree.topk, AUTO) if is_auto(b)
+                     else BenchArm("DDTREE", int(b), profile.ddtree.topk) for b in bud]
+    auto = any(a.schedule == AUTO for a in arm_list)
+    if auto and "--disable-cuda-graph" not in profile.args:
+        raise ConfigError(f"host {host.name}: DDTREE auto needs --disable-cuda-graph in serve.args "
+                          "(this ddtree revision captures the target's CUDA graphs at one width)",
+                          hint="add --disable-cuda-graph to the profile's args, or bench fixed budgets")
     texts = load_prompts(prompts)
     with session(host) as (transport, info):
         check_model_paths(transport, host, profile, draft=any(a != "none" for a in arms))
         active = deploy.host_status(transport, host, info, None).active
         ps = (str(active[-1]["patchset"]), int(active[-1]["revision"])) if active else None
+        if auto and BUDGET_AUTO not in deployed_features(*(ps or (None, None))):
+            carried = f"{ps[0]} r{ps[1]}" if ps else "no sglpatch deployment"
+            raise ConfigError(f"host {host.name} carries {carried}: its DDTREE has no auto budget planner",
+                              hint="apply ddtree (revision 7 or later) first, or bench fixed budgets")
         run = run_bench(transport, host, info, arm_list, conc, texts,
                         requests=requests or cfg.requests, max_new_tokens=max_new_tokens or cfg.max_new_tokens,
                         rounds=rounds, patchset=ps, client=client, progress=log)

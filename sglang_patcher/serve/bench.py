@@ -29,7 +29,7 @@ from ..inventory import Host
 from ..state import sglpatch_home
 from ..transport.base import Transport
 from .profile import DDTreeSettings, ServeProfile
-from .schedule import CHAIN, Entry
+from .schedule import AUTO, CHAIN, Entry
 from .server import Progress, RemoteServer, launch_argv
 
 HISTORY = "bench/history.jsonl"
@@ -37,20 +37,25 @@ HISTORY = "bench/history.jsonl"
 
 @dataclass(frozen=True)
 class Arm:
-    """One server configuration: ``algorithm`` none | DFLASH | DDTREE (with ``budget``/``topk``)."""
+    """One server configuration: ``algorithm`` none | DFLASH | DDTREE (with ``budget``/``topk``;
+    ``schedule`` "auto": the worker's own planner chooses each step's budget up to ``budget``)."""
 
     algorithm: str
     budget: int | None = None
     topk: int | None = None
+    schedule: str | None = None
 
     @property
     def label(self) -> str:
         if self.algorithm != "DDTREE":
             return "target" if self.algorithm == "none" else self.algorithm
-        return f"DDTREE n{self.budget}" + (f" k{self.topk}" if self.topk else "")
+        size = f"auto<={self.budget}" if self.schedule == AUTO else f"n{self.budget}"
+        return f"DDTREE {size}" + (f" k{self.topk}" if self.topk else "")
 
     def ddtree(self) -> DDTreeSettings | None:
-        return DDTreeSettings(budget=self.budget, topk=self.topk) if self.algorithm == "DDTREE" else None
+        if self.algorithm != "DDTREE":
+            return None
+        return DDTreeSettings(budget=self.budget, topk=self.topk, budget_schedule=self.schedule)
 
 
 @dataclass
@@ -68,6 +73,7 @@ class Row:
     ttft_ms: float | None
     accept_length: float | None
     failed: int = 0
+    schedule: str | None = None            # DDTREE's budget schedule ("auto"), None: a fixed budget
 
 
 @dataclass
@@ -169,7 +175,7 @@ def summarize(arm: Arm, concurrency: int, results: list[dict[str, Any]], wall_s:
            if r.get("meta_info", {}).get("spec_accept_length")]
     return Row(arm.label, arm.algorithm, arm.budget, concurrency, len(results), tokens,
                tokens / wall_s if wall_s > 0 else 0.0, _median(tpot), _median(ttft), _median(acc) if acc else None,
-               failed=len(results) - len(ok))
+               failed=len(results) - len(ok), schedule=arm.schedule)
 
 
 def requests_for(prompts: Sequence[str], n: int, max_new_tokens: int) -> list[dict[str, Any]]:
@@ -210,7 +216,7 @@ def measure_arm(transport: Transport, host: Host, info: HostInfo, profile: Serve
                                 int(rec.get("total_output_tokens") or 0), float(rec.get("output_throughput") or 0.0),
                                 rec.get("median_tpot_ms"), rec.get("median_ttft_ms"),
                                 (rec.get("accept_length") or None) if arm.algorithm != "none" else None,
-                                failed=requests - done))
+                                failed=requests - done, schedule=arm.schedule))
                 continue
             results, wall = server.stream(requests_for(prompts, requests, max_new_tokens), c)
             failed = [r for r in results if "error" in r]
@@ -274,7 +280,7 @@ def run_bench(transport: Transport, host: Host, info: HostInfo, arms: Sequence[A
             statistics.median(x.tok_s for x in rows),
             _median([x.tpot_ms for x in rows if x.tpot_ms is not None]),
             _median([x.ttft_ms for x in rows if x.ttft_ms is not None]),
-            _median([x.accept_length for x in rows if x.accept_length is not None]))
+            _median([x.accept_length for x in rows if x.accept_length is not None]), schedule=arm.schedule)
         run.rows.append(med)
     run.seconds = time.monotonic() - t0
     return run
@@ -361,7 +367,7 @@ def choose_schedule(run: BenchRun, *, chain: bool = True) -> list[Entry]:
     entries: list[Entry] = []
     for c in sorted({r.concurrency for r in run.rows}):
         rows = [r for r in run.rows if r.algorithm == "DDTREE" and r.concurrency == c and r.budget
-                and not r.failed]
+                and not r.failed and r.schedule is None]     # a fixed budget, not the auto planner
         if not rows:
             continue
         best = max(rows, key=lambda r: (r.tok_s, -int(r.budget or 0)))

@@ -11,7 +11,8 @@ Example (a GPU host)::
       port: 30000-30010                             # one port, or a range to take the first free
       start_timeout: 900                            # seconds until /health must answer
       ddtree: {budget: 64, topk: null}              # the DDTREE arguments of checks and bench
-                                                    #   (budget_schedule: "1:64,4:16", from bench --sweep)
+                                                    #   (budget_schedule: "1:64,4:16", from bench --sweep,
+                                                    #    or auto: chosen by the server as it runs)
       max_new_tokens: 32                            # per prompt in `check --level 2/3`
       bench: {concurrency: [1, 4, 16, 64], requests: 64, max_new_tokens: 256}
 
@@ -25,7 +26,7 @@ import re
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from .schedule import parse_entries, schedule_text
+from .schedule import AUTO, is_auto, parse_entries, schedule_text
 
 _PORTS = re.compile(r"^\s*(\d+)\s*(?:-\s*(\d+)\s*)?$")
 ALGORITHMS = ("none", "DFLASH", "DDTREE")
@@ -40,7 +41,8 @@ class DDTreeSettings(BaseModel):
     topk: int | None = Field(default=None, ge=1)
     # budget by running batch size, "BATCH:BUDGET,..." with BUDGET a number or chain (DFlash's own
     # step at that batch size; ddtree revision 4), written by `sglpatch bench --sweep`; the
-    # server's grammar (serve/schedule.py), kept as its normal text (sorted, lower case, no spaces)
+    # server's grammar (serve/schedule.py), kept as its normal text (sorted, lower case, no spaces);
+    # or "auto" (ddtree revision 7): the worker's planner chooses each step's budget up to `budget`
     budget_schedule: str | None = None
 
     @field_validator("budget_schedule")
@@ -48,10 +50,12 @@ class DDTreeSettings(BaseModel):
     def _schedule(cls, v: str | None) -> str | None:
         if v is None:
             return v
+        if is_auto(v):
+            return AUTO
         try:
             return schedule_text(parse_entries(v))
         except ValueError as exc:
-            raise ValueError(f"budget_schedule must be BATCH:BUDGET pairs like '1:64,4:16,16:chain', "
+            raise ValueError(f"budget_schedule must be BATCH:BUDGET pairs like '1:64,4:16,16:chain' or auto, "
                              f"got {v!r}: {exc}") from None
 
     def flags(self) -> list[str]:

@@ -16,9 +16,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from patchsets.ddtree.modules.ddtree_budget import CHAIN, BudgetSchedule, parse_schedule
+from patchsets.ddtree.modules.ddtree_budget import AUTO, CHAIN, BudgetSchedule, is_auto, parse_schedule
 
-__all__ = ["CHAIN", "Entry", "parse_entries", "schedule_text"]
+__all__ = ["AUTO", "CHAIN", "Entry", "is_auto", "parse_entries", "schedule_text"]
 
 #: (batch size >= 1, budget >= 1 or ``CHAIN``): one schedule entry, budget in tree nodes per request.
 Entry = tuple[int, int]

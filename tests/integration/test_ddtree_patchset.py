@@ -223,8 +223,11 @@ def test_revision_4_is_frozen_and_recognised_by_revision_5(ps, tree):
     assert changed <= set(r5.target(V).new_files), changed     # only the DDTree modules changed
     for path, sha in e4.items():
         assert r5.classify(path, sha, version=V) == ("patched@r4" if path in changed else "patched"), path
-        current_same = ps.target(V).expected[path] == sha
-        assert ps.classify(path, sha, version=V) == ("patched" if current_same else "patched@r4"), path
+        got = ps.classify(path, sha, version=V)
+        if ps.target(V).expected[path] == sha:
+            assert got == "patched", path
+        else:       # the newest revision with these bytes (r4's file may have stayed so until r6)
+            assert got.startswith("patched@r") and ps.spec.history[int(got[9:])][V][path] == sha, (path, got)
 
 
 @pytest.mark.parametrize("version", ["0.5.22", "0.5.23"])
@@ -234,21 +237,43 @@ def test_revision_5_is_frozen_and_recognised_by_revision_6(ps, version):
     no series byte. Revision 5 stays loadable and rendering as ``ddtree@5`` and a host carrying it
     is recognised file by file: patched@r5 exactly where revision 6's bytes differ."""
     tree = _pristine_tree(version)
-    r5 = load_patchset("ddtree@5")
-    assert (ps.revision, r5.revision) == (6, 5)
+    r5, r6 = load_patchset("ddtree@5"), load_patchset("ddtree@6")
+    assert (r6.revision, r5.revision) == (6, 5)
     assert r5.root == DDTREE / "history" / "r5"
-    assert r5.versions == ["0.5.22", "0.5.23"] and ps.versions == ["0.5.21", "0.5.22", "0.5.23"]
+    assert r5.versions == ["0.5.22", "0.5.23"] and r6.versions == ["0.5.21", "0.5.22", "0.5.23"]
     r5.render(version, tree.read)
-    e5, e6 = r5.target(version).expected, ps.target(version).expected
-    assert ps.spec.history[5][version] == e5
+    e5, e6 = r5.target(version).expected, r6.target(version).expected
+    assert r6.spec.history[5][version] == ps.spec.history[5][version] == e5
     assert "0.5.21" not in ps.spec.history[5]
     assert set(e5) == set(e6)
-    assert [(DDTREE / rel).read_bytes() for rel in ps.target(version).series] == \
+    assert [(r6.root / rel).read_bytes() for rel in r6.target(version).series] == \
         [(r5.root / rel).read_bytes() for rel in r5.target(version).series]
     changed = {p for p, sha in e5.items() if e6[p] != sha}
     assert changed == {"sglang/srt/speculative/ddtree_worker.py", "sglang/srt/speculative/ddtree_info.py"}
     for path, sha in e5.items():
-        assert ps.classify(path, sha, version=version) == ("patched@r5" if path in changed else "patched"), path
+        assert r6.classify(path, sha, version=version) == ("patched@r5" if path in changed else "patched"), path
+
+
+@pytest.mark.parametrize("version", RELEASES)
+def test_revision_6_is_frozen_and_recognised_by_revision_7(ps, version):
+    """Revision 7 adds the ``auto`` budget planner: ddtree_budget.py and ddtree_worker.py, and the
+    schedule argument's help and validation (spec.py, speculative_hook.py: patch 0010's two
+    changed lines). Revision 6 stays loadable as ``ddtree@6`` and a host carrying it is
+    recognised file by file: patched@r6 exactly where revision 7's bytes differ."""
+    tree = _pristine_tree(version)
+    r6 = load_patchset("ddtree@6")
+    assert (ps.revision, r6.revision) == (7, 6)
+    assert r6.root == DDTREE / "history" / "r6" and r6.versions == ps.versions
+    r6.render(version, tree.read)
+    e6, e7 = r6.target(version).expected, ps.target(version).expected
+    assert ps.spec.history[6][version] == e6 and set(e6) == set(e7)
+    changed = {p for p, sha in e6.items() if e7[p] != sha}
+    assert {"sglang/srt/speculative/ddtree_budget.py", "sglang/srt/speculative/ddtree_worker.py",
+            "sglang/srt/arg_groups/fields/spec.py", "sglang/srt/arg_groups/speculative_hook.py"} <= changed
+    others = changed - {"sglang/srt/arg_groups/fields/spec.py", "sglang/srt/arg_groups/speculative_hook.py"}
+    assert others <= set(ps.target(version).new_files), others    # else only the DDTree modules
+    for path, sha in e6.items():
+        assert ps.classify(path, sha, version=version) == ("patched@r6" if path in changed else "patched"), path
 
 
 @pytest.mark.parametrize("version", RELEASES)

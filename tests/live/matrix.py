@@ -40,6 +40,12 @@ TRAINED_ARMS = (
     # The ragged phase's batch shrinks 5 -> 1, so its requests go tree -> chain -> tree.
     Arm("ddtree-b4-sched", "DDTREE", 4, (("speculative_ddtree_budget", 16),
                                          ("speculative_ddtree_budget_schedule", "1:16,2:chain,4:8")), ragged=True),
+    # auto: the worker's online planner picks chain, 3, 7, 15 or 16 nodes per step as it measures;
+    # its exploration changes the width step by step, and the ragged phase's batch shrinks 5 -> 1
+    # (log level info: the test reads the worker's "first step at batch ..." lines)
+    Arm("ddtree-b4-auto", "DDTREE", 4, (("speculative_ddtree_budget", 16),
+                                        ("speculative_ddtree_budget_schedule", "auto"),
+                                        ("log_level", "info")), ragged=True),
     # chain steps only: DFlash's own step inside the DDTREE worker (accept lengths equal DFLASH's)
     Arm("ddtree-b4-chain", "DDTREE", 4, (("speculative_ddtree_budget", 8),
                                          ("speculative_ddtree_budget_schedule", "1:chain"))),

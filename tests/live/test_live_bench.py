@@ -1,6 +1,6 @@
 """``sglpatch bench`` end to end on the loopback SSH test host (real sshd, real launch_server, the
-tiny model fixtures): a run of the three arms at two concurrencies (sglpatch's client) stores its
-figures and draws its plot; a server killed in the middle of a run measured by SGLang's own
+tiny model fixtures): a run of the three arms at two concurrencies (sglpatch's client), DDTREE at
+budget 8 and under the ``auto`` planner, stores its figures and draws its plot; a server killed in the middle of a run measured by SGLang's own
 benchmark client fails the bench (exit 9, saying the server died) and nothing is left running.
 Timed figures are printed, never asserted (speed on the Triton interpreter means nothing)."""
 
@@ -20,11 +20,14 @@ def test_bench_measures_every_arm_stores_and_plots(host: SshHost, live_models, t
     host.write(cpu_serve_profile(live_models["trained"], port_range(),
                                  bench={"concurrency": [1, 2], "requests": 2, "max_new_tokens": 6}))
     png = tmp_path / "bench.png"
-    proc = host.run("bench", "--host", host.name, "--plot", str(png), "--client", "sglpatch", "--json")
+    proc = host.run("bench", "--host", host.name, "--budgets", "8,auto", "--plot", str(png), "--client",
+                    "sglpatch", "--json")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     run = json.loads(proc.stdout)
     rows = {(r["arm"], r["concurrency"]): r for r in run["rows"]}
-    assert set(rows) == {(a, c) for a in ("target", "DFLASH", "DDTREE n8") for c in (1, 2)}, sorted(rows)
+    arms = ("target", "DFLASH", "DDTREE n8", "DDTREE auto<=8")
+    assert set(rows) == {(a, c) for a in arms for c in (1, 2)}, sorted(rows)
+    assert {r["schedule"] for r in run["rows"]} == {None, "auto"}
     for (arm, c), r in rows.items():
         assert r["requests"] == 2 and r["failed"] == 0 and r["output_tokens"] == 2 * 6, r
         assert r["tok_s"] > 0 and r["tpot_ms"] and r["ttft_ms"], r

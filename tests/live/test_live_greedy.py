@@ -46,6 +46,26 @@ def test_budget_schedule_follows_the_shrinking_batch(greedy_runs) -> None:
     assert got == list(RAGGED_LENGTHS), got
 
 
+def test_auto_budget_changes_width_with_the_batch_and_keeps_the_tokens(greedy_runs) -> None:
+    """``--speculative-ddtree-budget-schedule auto``: the worker's planner chooses each step's
+    budget (chain, 3, 7, 15 or 16 nodes) from its own step times and accept lengths. Single
+    requests, five at once and the ragged five (the batch shrinks 5 -> 1) must give the target's
+    tokens, while the worker's log shows it ran steps of several widths at several batch sizes."""
+    import re
+
+    base, run = greedy_runs["trained"]["target"], greedy_runs["trained"]["ddtree-b4-auto"]
+    assert run.ok, f"{run.error}\n{run.log[-3000:]}"
+    problems = [p for ph in ("single", "batch", "ragged") for p in ls.token_mismatches(base, run, ph)]
+    assert not problems, "\n".join(problems)
+    tried = set(re.findall(r"DDTREE auto budget: first step at batch (\d+)-\d+ with "
+                           r"(DFlash's chain|a tree of \d+ nodes)", run.log))
+    widths = {w for _, w in tried}
+    buckets = {b for b, _ in tried}
+    assert "DFlash's chain" in widths and len(widths) >= 3, sorted(tried)
+    assert {"1", "4"} <= buckets, sorted(tried)
+    assert "auto over chain,3,7,15,16" in run.log, run.log[-3000:]
+
+
 def test_chain_steps_are_dflash_steps(greedy_runs) -> None:
     """A schedule of chain steps only ("1:chain") runs DFlash's own decode step inside the DDTREE
     worker: every request's accept length equals DFLASH's (same draft block, same causal verify),

@@ -159,3 +159,93 @@ def test_planner_chooses_dflash_steps_where_the_tree_costs_more_than_it_gains():
     assert plan_budget(4, lambda n: 6.79, same, [15, CHAIN])[0] == CHAIN
     with pytest.raises(ValueError, match="no measured chain"):
         plan_budget(1, acc, COST, [CHAIN])
+
+
+# -- auto: the online planner ---------------------------------------------------------------------
+from patchsets.ddtree.modules.ddtree_budget import (  # noqa: E402
+    AutoBudgetPlanner,
+    auto_candidates,
+    batch_bucket,
+    is_auto,
+)
+
+
+def test_auto_candidates_double_the_verify_width_up_to_the_ceiling():
+    assert auto_candidates(15, 256) == (CHAIN, 15, 31, 63, 127, 255, 256)
+    assert auto_candidates(3, 16) == (CHAIN, 3, 7, 15, 16)
+    assert auto_candidates(3, 3) == (CHAIN, 3)
+    with pytest.raises(ValueError, match="floor 9 must be within 1..8"):
+        auto_candidates(9, 8)
+    assert [batch_bucket(b) for b in (0, 1, 2, 3, 4, 7, 8, 63, 64, 100)] == [1, 1, 2, 2, 4, 4, 8, 32, 64, 64]
+    assert is_auto(" Auto ") and not is_auto("1:8") and not is_auto(None)
+    with pytest.raises(ValueError, match="not a budget table"):
+        load_schedule("auto", floor=3, ceiling=8)
+
+
+def _run(planner, steps, bs, cost, accept):
+    """Drive ``planner`` like the worker: choose, then the step's time and accept length."""
+    chosen = []
+    for _ in range(steps):
+        n = planner.choose(bs)
+        chosen.append(n)
+        planner.record_time(bs, n, cost(bs, n))
+        planner.record_accept(n, accept(n))
+    return chosen
+
+
+# the H200 table of bench/results/2026-12-02-h200-decode-step.md (ms per step; chain = DFLASH's)
+H200_MS = {1: {CHAIN: 8.74, 15: 9.00, 31: 9.13, 63: 9.48, 127: 10.20, 255: 12.85},
+           4: {CHAIN: 8.98, 15: 9.39, 31: 9.93, 63: 12.41, 127: 19.56, 255: 34.26},
+           16: {CHAIN: 18.54, 15: 19.84, 31: 25.15, 63: 37.37, 127: 70.72, 255: 131.36},
+           64: {CHAIN: 69.50, 15: 76.34, 31: 100.65, 63: 150.72, 127: 287.50, 255: 534.43}}
+# the paper's curve (committed tokens per step): DFlash 7.79, DDTree 7.79 at N 15 to 10.73 at N 512
+PAPER_TAU = {CHAIN: 7.79, 15: 7.79, 31: 8.42, 63: 9.00, 127: 9.58, 255: 10.15}
+
+
+def test_auto_finds_the_best_budget_per_batch_on_the_h200_table():
+    p = AutoBudgetPlanner(15, 255, reexplore_every=1000)
+    for bs in (1, 4, 16, 64):
+        _run(p, 40, bs, lambda b, n: H200_MS[b][n] / 1e3, PAPER_TAU.__getitem__)
+    # per batch the budget with the most tokens/s on that table: N 63 alone (ratio 1.065), the
+    # chain from 4 on (every tree < 1.0 there)
+    assert p.plan() == {1: 63, 4: CHAIN, 16: CHAIN, 64: CHAIN}
+    assert p.describe() == "1:63,4:chain,16:chain,64:chain"
+    # past the peak it never measured N 255 at batch 64, where one step costs 7.7x DFlash's
+    assert p._seen.get((64, 255), 0) == 0 and p._seen.get((64, 63), 0) == 0
+
+
+def test_auto_follows_a_workload_whose_acceptance_rises():
+    p = AutoBudgetPlanner(15, 255, reexplore_every=8)
+    _run(p, 60, 1, lambda b, n: H200_MS[1][n] / 1e3, lambda n: 7.79)           # trees find nothing
+    assert p.plan()[1] == CHAIN
+    rich = {CHAIN: 4.0, 15: 6.0, 31: 8.0, 63: 9.0, 127: 9.5, 255: 9.6}        # trees find much
+    _run(p, 400, 1, lambda b, n: H200_MS[1][n] / 1e3, rich.__getitem__)
+    assert p.plan()[1] in (31, 63)
+
+
+def test_auto_warm_up_sample_dropped_and_outliers_clipped():
+    p = AutoBudgetPlanner(3, 8)
+    p.record_time(1, CHAIN, 30.0)                  # the first step compiles: dropped
+    p.record_time(1, CHAIN, 0.010)
+    p.record_time(1, CHAIN, 5.0)                   # a stall: clipped to 4x the estimate
+    assert p._time[(1, CHAIN)].value == pytest.approx(0.75 * 0.010 + 0.25 * 0.040)
+    p.record_time(1, 99, 1.0)                      # not a candidate: ignored
+    p.record_accept(3, 0.5)                        # below one token: ignored
+    assert (1, 99) not in p._seen and 3 not in p._accept
+    with pytest.raises(ValueError):
+        AutoBudgetPlanner(3, 8, alpha=0)
+
+
+@settings(max_examples=150, deadline=None)
+@given(floor=st.integers(1, 31), extra=st.integers(0, 300), seed=st.integers(0, 2**31 - 1),
+       sizes=st.lists(st.integers(1, 300), min_size=1, max_size=60))
+def test_auto_never_leaves_chain_or_floor_to_ceiling(floor, extra, seed, sizes):
+    import random
+
+    rng = random.Random(seed)
+    p = AutoBudgetPlanner(floor, floor + extra, reexplore_every=rng.randint(2, 20))
+    for bs in sizes:
+        n = p.choose(bs)
+        assert n == CHAIN or floor <= n <= floor + extra
+        p.record_time(bs, n, rng.uniform(1e-4, 1.0))
+        p.record_accept(n, rng.uniform(1.0, 10.0))

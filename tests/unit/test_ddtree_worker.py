@@ -111,19 +111,66 @@ def test_a_schedule_of_several_widths_is_refused_with_cuda_graphs():
 
 
 def test_chain_steps_follow_the_schedule_and_have_no_tree_sizes():
-    """is_chain_step / step_sizes read only the worker's schedule and sizes (no SGLang needed)."""
+    """step_budget / step_sizes read only the worker's schedule and sizes (no SGLang needed)."""
     from types import SimpleNamespace
 
-    from patchsets.ddtree.modules.ddtree_budget import parse_schedule
+    from patchsets.ddtree.modules.ddtree_budget import CHAIN, parse_schedule
     from patchsets.ddtree.modules.ddtree_info import DDTreeSizes
 
-    w = SimpleNamespace(ddtree_sizes=DDTreeSizes(4, 16, 16),
+    w = SimpleNamespace(ddtree_sizes=DDTreeSizes(4, 16, 16), budget_planner=None,
                         budget_schedule=parse_schedule("1:16,2:chain,4:8", floor=3, ceiling=16))
-    assert [Wk.DDTreeWorker.is_chain_step(w, b) for b in (1, 2, 3, 4, 9)] == [False, True, True, False, False]
-    assert Wk.DDTreeWorker.step_sizes(w, 4).budget == 8 and Wk.DDTreeWorker.step_sizes(w, 1).budget == 16
+    assert [Wk.DDTreeWorker.step_budget(w, b) for b in (1, 2, 3, 4, 9)] == [16, CHAIN, CHAIN, 8, 8]
+    assert Wk.DDTreeWorker.step_sizes(w, 8).budget == 8 and Wk.DDTreeWorker.step_sizes(w, 16).budget == 16
+    assert Wk.DDTreeWorker.step_sizes(w, 8).topk == 8
     with pytest.raises(ValueError, match="chain step"):
-        Wk.DDTreeWorker.step_sizes(w, 2)
-    assert not Wk.DDTreeWorker.is_chain_step(SimpleNamespace(budget_schedule=None), 64)
+        Wk.DDTreeWorker.step_sizes(w, CHAIN)
+    fixed = SimpleNamespace(ddtree_sizes=DDTreeSizes(4, 16, 16), budget_planner=None, budget_schedule=None)
+    assert Wk.DDTreeWorker.step_budget(fixed, 64) == 16
+
+
+def test_auto_budget_feeds_the_planner_from_step_intervals_and_host_accept_lengths():
+    """With ``auto`` the worker times the interval between decode steps, reads accept lengths only
+    once they are on the host (and the copy's event says done), and voids an interval with a
+    prefill in between. The worker's own bookkeeping, with SGLang's result objects stood in for
+    (no SGLang needed: the fake is the GenerationBatchResult, named as such)."""
+    import collections
+    from types import SimpleNamespace
+
+    from patchsets.ddtree.modules.ddtree_budget import CHAIN, AutoBudgetPlanner
+
+    planner = AutoBudgetPlanner(3, 16)
+    w = SimpleNamespace(budget_planner=planner, budget_schedule=None, _last_decode=None,
+                        _pending_accepts=collections.deque(maxlen=16), _logged_plan="", _ddtree_tp_rank=0,
+                        _budgets_tried=set())
+    w._feed_planner = lambda now: Wk.DDTreeWorker._feed_planner(w, now)
+
+    class FakeGenerationBatchResult:
+        def __init__(self, lens, done=True):
+            self.accept_lens = lens
+            self.copy_done = SimpleNamespace(query=lambda: done)
+
+    assert Wk.DDTreeWorker.step_budget(w, 1) == CHAIN            # nothing measured: chain first
+    w._pending_accepts.append((CHAIN, FakeGenerationBatchResult(torch.tensor([2, 3]))))
+    w._pending_accepts.append((CHAIN, FakeGenerationBatchResult(torch.tensor([4]), done=False)))
+    Wk.DDTreeWorker.step_budget(w, 1)
+    assert planner._accept[CHAIN].count == 1 and planner._accept[CHAIN].value == 2.5
+    assert len(w._pending_accepts) == 1                           # its copy is not done: waits
+    assert planner._seen[(1, CHAIN)] == 1                         # one interval (dropped: warm-up)
+    w._last_decode = None                                         # a prefill came in between
+    Wk.DDTreeWorker.step_budget(w, 1)
+    assert planner._seen[(1, CHAIN)] == 1
+    assert w._budgets_tried == {(1, CHAIN)}                       # logged once per (bucket, budget)
+
+
+def test_auto_is_refused_with_cuda_graphs_of_one_width():
+    from patchsets.ddtree.modules.ddtree_budget import AutoBudgetPlanner
+
+    class Runner:
+        captured_req_width = 17
+
+    Wk.check_schedule_without_graphs(None, None, AutoBudgetPlanner(3, 16))      # eager: fine
+    with pytest.raises(ValueError, match=r"auto chooses among budgets \[chain, 3, 7, 15, 16\].*--disable-cuda-graph"):
+        Wk.check_schedule_without_graphs(None, Runner(), AutoBudgetPlanner(3, 16))
 
 
 def test_start_up_checks_read_only_what_sglang_has_built_by_then():

@@ -161,3 +161,46 @@ def test_sweep_on_a_host_without_a_deployment_shows_the_schedule_only(tmp_path):
     r.patchset = r.revision = None
     write_sweep(r, host, host.serve, inv)
     assert r.schedule == "1:8,2:16,8:8" and "carries no sglpatch deployment" in r.schedule_written
+
+
+def test_auto_arm_serves_the_planner_up_to_the_budget_and_never_enters_a_sweep():
+    """``bench --budgets 8,auto``: the auto arm starts DDTREE with the schedule ``auto`` and the
+    profile's budget as its ceiling; its rows are measured like any arm but a sweep never writes
+    its budget (it is the planner's ceiling, not a budget that ran)."""
+    from sglang_patcher.serve.bench import choose_schedule
+
+    auto = Arm("DDTREE", 64, None, "auto")
+    assert auto.label == "DDTREE auto<=64"
+    assert auto.ddtree().flags() == ["--speculative-ddtree-budget", "64", "--speculative-ddtree-budget-schedule", "auto"]
+    assert Arm("DDTREE", 8).ddtree().flags() == ["--speculative-ddtree-budget", "8"]
+    assert summarize(auto, 1, [result(11, 2.0, 1.0, 2.0)], 1.0).schedule == "auto"
+    b = run()
+    b.rows.append(Row("DDTREE auto<=64", "DDTREE", 64, 1, 8, 512, 99.0, 5.0, 100.0, 3.5, schedule="auto"))
+    assert choose_schedule(b) == [(1, 8)]                     # the auto row's 99 tok/s is not a budget
+    d = json.loads(json.dumps(b.to_json()))
+    assert d["rows"][-1]["schedule"] == "auto"
+
+
+def test_bench_budgets_option_takes_numbers_and_auto():
+    import click
+
+    from sglang_patcher.cli_commands import _budgets
+
+    assert _budgets("16, 64,AUTO") == [16, 64, "auto"] and _budgets(None) is None
+    for bad in ("", "0", "x", "16,,-1", "auto2"):
+        with pytest.raises(click.BadParameter, match="budgets >= 1 or auto"):
+            _budgets(bad)
+
+
+def test_bench_auto_needs_a_profile_without_cuda_graphs_said_before_any_connection():
+    """This ddtree revision refuses ``auto`` beside the target's CUDA graphs (one captured width):
+    bench says so before it connects (the host here has no address: a connection would fail)."""
+    from sglang_patcher.errors import ConfigError
+    from sglang_patcher.inventory import Host
+    from sglang_patcher.service_bench import bench_host
+
+    host = Host(name="gpu", hostname="gpu.invalid", python="/usr/bin/python3",
+                serve={"model": "/m", "draft_model": "/d", "args": ["--mem-fraction-static", "0.8"]})
+    with pytest.raises(ConfigError, match="gpu: DDTREE auto needs --disable-cuda-graph") as e:
+        bench_host(host, budgets=[8, "auto"], store_run=False)
+    assert "bench fixed budgets" in e.value.hint

@@ -97,6 +97,9 @@ def test_token_comparison_names_the_first_difference():
 def test_budget_schedule_takes_numbers_and_chain():
     p = ServeProfile(model="/m", ddtree={"budget": 32, "budget_schedule": "1:32, 16:Chain"})
     assert p.ddtree.budget_schedule == "1:32,16:chain"
+    auto = ServeProfile(model="/m", ddtree={"budget": 32, "budget_schedule": " Auto"})
+    assert auto.ddtree.budget_schedule == "auto"
+    assert auto.ddtree.flags()[-2:] == ["--speculative-ddtree-budget-schedule", "auto"]
     for bad in ("1:0", "1:tree", "x:4", "1:4;2:8"):
         with pytest.raises(ValueError, match="BATCH:BUDGET"):
             ServeProfile(model="/m", ddtree={"budget_schedule": bad})

@@ -28,6 +28,11 @@ first. N is a budget or ``chain`` (``CHAIN``). Every budget is clamped to ``[flo
 floor = B - 1, ceiling = the server's ``--speculative-ddtree-budget`` (the widest tree its buffers
 are sized for). A schedule file is JSON: ``{"schedule": {"1": 128, "4": 32, "16": "chain"}, ...}``
 (other keys — who measured it, when — are kept for people and ignored here).
+
+``auto`` (``AutoBudgetPlanner``): no table given; each decode step's budget is chosen on the host
+from what this server measures as it runs — the seconds per decode step by (batch bucket,
+budget) and the tokens committed per request by budget — among DFlash's chain, the floor and
+budgets of doubling verify width up to the ceiling, for the most committed tokens per second.
 """
 
 from __future__ import annotations
@@ -41,8 +46,13 @@ from dataclasses import dataclass, field
 from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
 __all__ = [
+    "AUTO",
     "CHAIN",
+    "AutoBudgetPlanner",
     "BudgetSchedule",
+    "auto_candidates",
+    "batch_bucket",
+    "is_auto",
     "VerifyCostModel",
     "parse_schedule",
     "load_schedule",
@@ -54,6 +64,14 @@ _ENTRY = re.compile(r"^\s*(\d+)\s*:\s*(\d+|chain)\s*$", re.IGNORECASE)
 
 #: The schedule's value for a chain step (DFlash's own decode step): not a tree budget.
 CHAIN = 0
+
+#: The schedule text that asks for the online planner (``AutoBudgetPlanner``) instead of a table.
+AUTO = "auto"
+
+
+def is_auto(source: object) -> bool:
+    """Whether a ``--speculative-ddtree-budget-schedule`` value asks for the online planner."""
+    return isinstance(source, str) and source.strip().lower() == AUTO
 
 
 def _budget_text(n: int) -> str:
@@ -142,6 +160,8 @@ def load_schedule(source: str, *, floor: int, ceiling: int) -> BudgetSchedule:
     """A schedule from its text or from a JSON file (``{"schedule": {"1": 128, "16": "chain"}}``; a path is
     anything that names an existing file or ends in ``.json``). Raises ValueError (bad content,
     naming the file) or OSError (unreadable file)."""
+    if is_auto(source):
+        raise ValueError("'auto' is not a budget table: build an AutoBudgetPlanner (is_auto tells)")
     if os.path.isfile(source) or source.endswith(".json"):
         with open(source, encoding="utf-8") as f:
             try:
@@ -266,3 +286,144 @@ def best_budget_per_batch(batch_sizes: Iterable[int], expected_accept: Callable[
     if entries and entries[0][0] != 1:
         entries[0] = (1, entries[0][1])
     return BudgetSchedule(tuple(entries), floor, ceiling)
+
+
+def auto_candidates(floor: int, ceiling: int) -> Tuple[int, ...]:
+    """The budgets the online planner chooses among: ``CHAIN``, the floor, the budgets whose verify
+    width doubles from the floor's ((floor + 1) * 2**k - 1) while below the ceiling, and the
+    ceiling. E.g. floor 15, ceiling 256: (CHAIN, 15, 31, 63, 127, 255, 256). Raises ValueError
+    unless 1 <= floor <= ceiling."""
+    if not 1 <= floor <= ceiling:
+        raise ValueError(f"budget floor {floor} must be within 1..{ceiling} (the maximum budget)")
+    out = [CHAIN, floor]
+    width = floor + 1
+    while 2 * width - 1 < ceiling:
+        width *= 2
+        out.append(width - 1)
+    if ceiling > floor:
+        out.append(ceiling)
+    return tuple(out)
+
+
+def batch_bucket(batch_size: int) -> int:
+    """The power of two at or below ``batch_size`` (>= 1): batch sizes the planner measures as one."""
+    return 1 << (max(1, int(batch_size)).bit_length() - 1)
+
+
+@dataclass
+class _Mean:
+    """An exponentially weighted mean and how many samples made it."""
+
+    value: float = 0.0
+    count: int = 0
+
+    def add(self, x: float, alpha: float) -> None:
+        self.value = x if self.count == 0 else (1.0 - alpha) * self.value + alpha * x
+        self.count += 1
+
+
+class AutoBudgetPlanner:
+    """The budget of each decode step, chosen online from this server's own measurements.
+
+    Estimates (exponentially weighted, ``alpha``): seconds per decode step by (batch bucket,
+    budget) — ``record_time`` — and tokens committed per request per step (accepted drafts + the
+    bonus token) by budget — ``record_accept``; acceptance does not depend on the batch, the step's
+    cost does. The value of a budget n for a batch bucket is accept(n) / seconds(bucket, n), i.e.
+    committed tokens per second up to the constant batch size.
+
+    ``choose(batch_size)``, per bucket: measure ``CHAIN`` and the tree budgets in ascending order
+    (``auto_candidates``), ``min_samples`` each, and stop at the first tree budget whose value falls
+    ``margin`` below the best tree's (verify cost grows faster than acceptance past the peak, so
+    wider trees are not tried: at batch 64 on an H200 a 257-token verify costs 8.8x DFlash's);
+    then run the best (chain or tree). Every ``reexplore_every`` decisions of a bucket one step
+    re-measures a neighbour of the best, alternating the wider and the narrower one, so the plan
+    follows a workload whose acceptance or cost drifts. The first sample of each (bucket, budget)
+    is dropped (kernel compilation and warm-up), and later ones are clipped to ``outlier`` x the
+    estimate. A chosen budget is always ``CHAIN`` or within [floor, ceiling].
+
+    The search is the planner's own; the objective (committed tokens per second per step, the
+    verify cost against acceptance) is the DDTree paper's trade-off (Ringel & Romano, arXiv
+    2604.12989, Sec. 5) measured on the host instead of modelled. Not thread-safe (one per worker).
+    Raises ValueError for floor/ceiling out of order or non-positive settings.
+    """
+
+    def __init__(self, floor: int, ceiling: int, *, min_samples: int = 2, margin: float = 0.05,
+                 reexplore_every: int = 64, alpha: float = 0.25, outlier: float = 4.0) -> None:
+        if min_samples < 1 or reexplore_every < 2 or not 0 < alpha <= 1 or margin < 0 or outlier <= 1:
+            raise ValueError("AutoBudgetPlanner: min_samples >= 1, reexplore_every >= 2, 0 < alpha <= 1, "
+                             "margin >= 0 and outlier > 1")
+        self.floor, self.ceiling = int(floor), int(ceiling)
+        self.candidates = auto_candidates(self.floor, self.ceiling)
+        self.min_samples, self.margin = min_samples, margin
+        self.reexplore_every, self.alpha, self.outlier = reexplore_every, alpha, outlier
+        self._time: Dict[Tuple[int, int], _Mean] = {}
+        self._seen: Dict[Tuple[int, int], int] = {}
+        self._accept: Dict[int, _Mean] = {}
+        self._decisions: Dict[int, int] = {}
+        self._best: Dict[int, int] = {}
+
+    # -- measurements ------------------------------------------------------------------------
+    def record_time(self, batch_size: int, budget: int, seconds: float) -> None:
+        """One decode step of ``batch_size`` requests at ``budget`` took ``seconds`` (> 0; others
+        are ignored)."""
+        if not seconds > 0 or budget not in self.candidates:
+            return
+        key = (batch_bucket(batch_size), int(budget))
+        self._seen[key] = self._seen.get(key, 0) + 1
+        if self._seen[key] == 1:
+            return                                      # warm-up: compilation, first allocation
+        est = self._time.setdefault(key, _Mean())
+        if est.count:
+            seconds = min(seconds, self.outlier * est.value)
+        est.add(seconds, self.alpha)
+
+    def record_accept(self, budget: int, tokens_per_request: float) -> None:
+        """A decode step at ``budget`` committed ``tokens_per_request`` tokens per request on
+        average (accepted drafts + the bonus token: >= 1)."""
+        if budget in self.candidates and tokens_per_request >= 1:
+            self._accept.setdefault(int(budget), _Mean()).add(float(tokens_per_request), self.alpha)
+
+    # -- the plan ----------------------------------------------------------------------------
+    def value(self, batch_size: int, budget: int) -> Optional[float]:
+        """Estimated committed tokens per second per request of ``budget`` at ``batch_size``, or
+        None while it has fewer than ``min_samples`` measurements of either kind."""
+        t = self._time.get((batch_bucket(batch_size), int(budget)))
+        a = self._accept.get(int(budget))
+        if t is None or a is None or t.count < self.min_samples or a.count < self.min_samples:
+            return None
+        return a.value / t.value
+
+    def choose(self, batch_size: int) -> int:
+        """The budget of the next decode step of ``batch_size`` requests: ``CHAIN`` or a tree
+        budget in [floor, ceiling] (see the class docstring)."""
+        bucket = batch_bucket(batch_size)
+        n_dec = self._decisions[bucket] = self._decisions.get(bucket, 0) + 1
+        chain_v = self.value(bucket, CHAIN)
+        if chain_v is None:
+            return CHAIN
+        best, best_v = CHAIN, chain_v
+        tree_best = -1.0
+        for n in self.candidates[1:]:
+            v = self.value(bucket, n)
+            if v is None:
+                return n                                # explore the next tree budget
+            if v > best_v:
+                best, best_v = n, v
+            if v < tree_best * (1.0 - self.margin):
+                break                                   # past the peak
+            tree_best = max(tree_best, v)
+        self._best[bucket] = best
+        if n_dec % self.reexplore_every == 0:
+            i = self.candidates.index(best)
+            wider = (n_dec // self.reexplore_every) % 2 == 1
+            j = i + 1 if (wider and i + 1 < len(self.candidates)) or i == 0 else i - 1
+            return self.candidates[j]
+        return best
+
+    def plan(self) -> Dict[int, int]:
+        """{batch bucket: the budget its last exploiting decision chose} (``CHAIN`` = 0)."""
+        return dict(sorted(self._best.items()))
+
+    def describe(self) -> str:
+        """The plan as schedule text, e.g. ``"1:31,4:chain"`` (empty before any plan)."""
+        return ",".join(f"{b}:{_budget_text(n)}" for b, n in self.plan().items())

@@ -28,6 +28,10 @@ W = max(B, N1)):
 Budget by batch (``--speculative-ddtree-budget-schedule``, ``ddtree_budget.py``): each decode step
 takes its budget from the running batch size; where the schedule says ``chain`` the step is
 DFlash's own (inherited ``forward_batch_generation``), so that batch size costs what DFLASH costs.
+With ``auto`` the budget of each step comes from ``AutoBudgetPlanner``, fed by this worker: the
+host time between consecutive decode steps (the previous step's cost; a prefill or idle call in
+between voids the interval) and the tokens each step committed per request (its result's
+``accept_lens`` once the scheduler has copied them to the host: no device sync here).
 
 Refused at start-up (ValueError, naming the way out). SGLang 0.5.23 builds this worker before the
 memory pools, the attention backends and the CUDA graphs (``Scheduler.init_model_worker``), so each
@@ -54,14 +58,16 @@ listed in the patchset README.
 
 from __future__ import annotations
 
+import collections
 import functools
 import inspect
 import logging
-from typing import Any, Callable, Optional
+import time
+from typing import Any, Callable, Deque, Optional, Tuple
 
 import torch
 
-from .ddtree_budget import CHAIN, BudgetSchedule, load_schedule
+from .ddtree_budget import CHAIN, AutoBudgetPlanner, BudgetSchedule, batch_bucket, is_auto, load_schedule
 from .ddtree_info import (
     DDTreeSizes,
     TopKCandidates,
@@ -185,11 +191,22 @@ def check_captured_verify_width(graph_runner: Any, verify_width: int) -> None:
         )
 
 
-def check_schedule_without_graphs(schedule: Optional[BudgetSchedule], graph_runner: Any) -> None:
-    """Refuse a budget schedule whose widths differ from the one the target's decode CUDA graphs
-    were captured at (this revision captures one verify width; a chain step verifies DFlash's
-    block, another width). Raises ValueError."""
-    if schedule is None or graph_runner is None:
+def check_schedule_without_graphs(schedule: Optional[BudgetSchedule], graph_runner: Any,
+                                  planner: Optional[AutoBudgetPlanner] = None) -> None:
+    """Refuse a budget schedule (or the ``auto`` planner) whose widths differ from the one the
+    target's decode CUDA graphs were captured at (this revision captures one verify width; a chain
+    step verifies DFlash's block, another width). Raises ValueError."""
+    if graph_runner is None:
+        return
+    if planner is not None and len(planner.candidates) > 1:
+        shown = ", ".join("chain" if n == CHAIN else str(n) for n in planner.candidates)
+        raise ValueError(
+            f"DDTREE --speculative-ddtree-budget-schedule auto chooses among budgets [{shown}], "
+            "but the target's decode CUDA graphs are captured at one verify width in this "
+            "revision of the sglpatch ddtree patchset. Serve with --disable-cuda-graph, or give "
+            "a fixed --speculative-ddtree-budget without the schedule."
+        )
+    if schedule is None:
         return
     widths = schedule.budgets()
     if widths != [schedule.ceiling]:
@@ -361,11 +378,21 @@ class DDTreeWorker(_WorkerBase):  # type: ignore[misc,valid-type]
         self.ddtree_sizes = sizes
         self._ddtree_positions_buf: Optional[torch.Tensor] = None
         schedule_text = getattr(get_spec(), "speculative_ddtree_budget_schedule", None)
+        floor = max(1, sizes.block_size - 1)
+        self.budget_planner: Optional[AutoBudgetPlanner] = (
+            AutoBudgetPlanner(floor, max(floor, sizes.budget)) if is_auto(schedule_text) else None
+        )
         self.budget_schedule: Optional[BudgetSchedule] = (
-            load_schedule(str(schedule_text), floor=max(1, sizes.block_size - 1), ceiling=sizes.budget)
-            if schedule_text
+            load_schedule(str(schedule_text), floor=floor, ceiling=sizes.budget)
+            if schedule_text and self.budget_planner is None
             else None
         )
+        # auto: (batch size, budget, perf_counter at its start) of the last decode step, and the
+        # results whose accept lengths have not reached the host yet
+        self._last_decode: Optional[Tuple[int, int, float]] = None
+        self._pending_accepts: Deque[Tuple[int, Any]] = collections.deque(maxlen=16)
+        self._logged_plan = ""
+        self._budgets_tried: set = set()
 
     def _draft_scope_factory(self) -> Callable[[], Any]:
         """A no-argument callable entering the draft's TP scope as this DFlashWorkerV2 does:
@@ -410,7 +437,13 @@ class DDTreeWorker(_WorkerBase):  # type: ignore[misc,valid-type]
                 sizes.kv_reserve,
                 type(backend).__name__,
                 self._tp_size,
-                self.budget_schedule.text() if self.budget_schedule else "none",
+                (
+                    self.budget_schedule.text()
+                    if self.budget_schedule
+                    else "auto over " + ",".join(str(n) if n else "chain" for n in self.budget_planner.candidates)
+                    if self.budget_planner
+                    else "none"
+                ),
             )
 
     def init_cuda_graphs(self):
@@ -422,7 +455,7 @@ class DDTreeWorker(_WorkerBase):  # type: ignore[misc,valid-type]
         super().init_cuda_graphs()
         graph_runner = getattr(self.target_worker.model_runner, "decode_cuda_graph_runner", None)
         check_captured_verify_width(graph_runner, self.ddtree_sizes.verify_width)
-        check_schedule_without_graphs(self.budget_schedule, graph_runner)
+        check_schedule_without_graphs(self.budget_schedule, graph_runner, self.budget_planner)
 
     # -- DFlash hooks -----------------------------------------------------------------------
     def _maybe_build_draft_sampler(self):
@@ -438,41 +471,89 @@ class DDTreeWorker(_WorkerBase):  # type: ignore[misc,valid-type]
     def forward_batch_generation(self, batch, on_publish=None, grammar_barrier=None, pp_proxy_tensors=None):
         """Prefill, idle and chain steps are DFlash's own; other decode steps verify a tree.
 
-        A chain step (the budget schedule says ``chain`` for this batch size) is DFlashWorkerV2's
-        decode step unchanged: the block's argmax chain, verified causally at the block's width.
-        Both steps leave the same state behind (the committed tokens' target hidden states in the
-        draft KV cache, ``DDTreeDraftInputV2`` with the bonus token), so consecutive steps may
-        switch between them as the running batch changes.
+        A chain step (the budget schedule or the ``auto`` planner says ``chain`` for this batch
+        size) is DFlashWorkerV2's decode step unchanged: the block's argmax chain, verified
+        causally at the block's width. Both steps leave the same state behind (the committed
+        tokens' target hidden states in the draft KV cache, ``DDTreeDraftInputV2`` with the bonus
+        token), so consecutive steps may switch between them as the running batch changes.
         """
-        if (
-            batch.forward_mode.is_extend()
-            or batch.is_extend_in_batch
-            or batch.forward_mode.is_idle()
-            or self.is_chain_step(len(batch.seq_lens))
-        ):
-            return super().forward_batch_generation(
+        decode = not (
+            batch.forward_mode.is_extend() or batch.is_extend_in_batch or batch.forward_mode.is_idle()
+        )
+        if not decode:
+            self._last_decode = None  # the interval to the next decode step is not a step's cost
+            budget = None
+        else:
+            budget = self.step_budget(len(batch.seq_lens))
+        if budget is None or budget == CHAIN:
+            result = super().forward_batch_generation(
                 batch,
                 on_publish=on_publish,
                 grammar_barrier=grammar_barrier,
                 pp_proxy_tensors=pp_proxy_tensors,
             )
-        return self._ddtree_decode_step(batch, on_publish=on_publish, grammar_barrier=grammar_barrier)
+        else:
+            result = self._ddtree_decode_step(batch, budget, on_publish=on_publish, grammar_barrier=grammar_barrier)
+        if budget is not None and self.budget_planner is not None:
+            self._pending_accepts.append((budget, result))
+        return result
+
+    # -- the step's budget ------------------------------------------------------------------
+    def step_budget(self, batch_size: int) -> int:
+        """The budget of a decode step of ``batch_size`` requests: ``CHAIN`` (DFlash's own step) or
+        tree nodes per request, from the ``auto`` planner, the schedule, or the server's budget.
+        With the planner, also feeds it the previous decode step's time and the accept lengths
+        that have reached the host since."""
+        if self.budget_planner is None:
+            if self.budget_schedule is None:
+                return self.ddtree_sizes.budget
+            return self.budget_schedule.budget_for(batch_size)
+        now = time.perf_counter()
+        self._feed_planner(now)
+        budget = self.budget_planner.choose(batch_size)
+        self._last_decode = (batch_size, budget, now)
+        tried = (batch_bucket(batch_size), budget)
+        if tried not in self._budgets_tried:  # at most buckets x candidates lines in a lifetime
+            self._budgets_tried.add(tried)
+            if self._ddtree_tp_rank == 0:
+                logger.info(
+                    "DDTREE auto budget: first step at batch %d-%d with %s",
+                    tried[0],
+                    2 * tried[0] - 1,
+                    "DFlash's chain" if budget == CHAIN else f"a tree of {budget} nodes",
+                )
+        return budget
+
+    def _feed_planner(self, now: float) -> None:
+        planner = self.budget_planner
+        if self._last_decode is not None:
+            bs, budget, started = self._last_decode
+            planner.record_time(bs, budget, now - started)
+        while self._pending_accepts:
+            budget, result = self._pending_accepts[0]
+            lens = getattr(result, "accept_lens", None)
+            if not isinstance(lens, torch.Tensor) or lens.numel() == 0:
+                self._pending_accepts.popleft()
+                continue
+            done = getattr(getattr(result, "copy_done", None), "query", None)
+            if lens.device.type != "cpu" or (callable(done) and not done()):
+                break  # the scheduler has not copied it to the host yet: next step
+            self._pending_accepts.popleft()
+            planner.record_accept(budget, float(lens.to(torch.float32).mean()))
+        plan = planner.describe()
+        if plan != self._logged_plan and self._ddtree_tp_rank == 0:
+            self._logged_plan = plan
+            logger.info("DDTREE auto budget plan (batch:budget): %s", plan)
 
     # -- the decode step --------------------------------------------------------------------
-    def is_chain_step(self, batch_size: int) -> bool:
-        """Whether a decode step of ``batch_size`` requests is DFlash's own (schedule: chain)."""
-        return self.budget_schedule is not None and self.budget_schedule.budget_for(batch_size) == CHAIN
-
-    def step_sizes(self, batch_size: int) -> DDTreeSizes:
-        """The sizes of a tree decode step of ``batch_size`` requests: the server's, with the
-        budget the schedule gives for that batch size (top-k unset stays equal to the budget).
-        Raises ValueError for a chain step (it has no tree: see ``is_chain_step``)."""
+    def step_sizes(self, budget: int) -> DDTreeSizes:
+        """The sizes of a tree decode step of ``budget`` nodes per request (``step_budget``): the
+        server's, with that budget (top-k unset stays equal to the budget; the window W stays
+        the server's). Raises ValueError for ``CHAIN`` (a chain step has no tree)."""
         sizes = self.ddtree_sizes
-        if self.budget_schedule is None:
-            return sizes
-        n = self.budget_schedule.budget_for(batch_size)
+        n = int(budget)
         if n == CHAIN:
-            raise ValueError(f"a decode step of {batch_size} requests is a chain step: it has no tree sizes")
+            raise ValueError("a chain step (DFlash's own) has no tree sizes")
         if n == sizes.budget:
             return sizes
         topk = n if sizes.topk >= sizes.budget else min(sizes.topk, n)
@@ -494,7 +575,7 @@ class DDTreeWorker(_WorkerBase):  # type: ignore[misc,valid-type]
             return draft_input.nxt_kv_lens_cpu.to(torch.int64)
         return torch.tensor([int(r.kv.kv_allocated_len) for r in batch.reqs], dtype=torch.int64)
 
-    def _ddtree_decode_step(self, batch, *, on_publish=None, grammar_barrier=None):
+    def _ddtree_decode_step(self, batch, budget: int, *, on_publish=None, grammar_barrier=None):
         from sglang.kernels.ops.speculative.cache_locs import assign_extend_cache_locs_func
         from sglang.srt.layers.logprob_processor import compute_spec_logprobs
         from sglang.srt.lora.layers import unwrap_lora_layer
@@ -528,9 +609,9 @@ class DDTreeWorker(_WorkerBase):  # type: ignore[misc,valid-type]
 
         bs = len(batch.seq_lens)
         # the server's sizes fix the window W (KV reserved per request); the step's budget may be
-        # smaller, from the budget schedule for this batch size (eager verify only)
+        # smaller, from the budget schedule or planner for this batch size (eager verify only)
         W = self.ddtree_sizes.window_width
-        sizes = self.step_sizes(bs)
+        sizes = self.step_sizes(budget)
         B, L, N1 = sizes.block_size, sizes.draft_depth, sizes.verify_width
         device = self.device
         prefix_lens = batch.seq_lens
