@@ -27,6 +27,7 @@ class Fault:
     new: str
     fixture: str
     arm: str
+    phases: tuple[str, ...] = ("single", "batch")     # the phases the broken engine runs
 
 
 FAULTS = {
@@ -36,6 +37,13 @@ FAULTS = {
         "        t = torch.gather(tgt, 1, cur[:, None])  # [bs, 1]\n",
         "        t = torch.gather(tgt, 1, (cur[:, None] + 1).clamp(max=N1 - 1))  # injected fault\n",
         "trained", "ddtree-b4-n8"),
+    # the same fault under the auto planner: its tree steps (3-16 nodes, between chain steps)
+    # go through the walk too, so its equality check can fail (single requests suffice)
+    "walk-off-by-one-auto": Fault(
+        "ddtree_accept.py",
+        "        t = torch.gather(tgt, 1, cur[:, None])  # [bs, 1]\n",
+        "        t = torch.gather(tgt, 1, (cur[:, None] + 1).clamp(max=N1 - 1))  # injected fault\n",
+        "trained", "ddtree-b4-auto", ("single",)),
     # the verify mask lets every tree node see every other node (siblings, descendants)
     "all-true-tree-mask": Fault(
         "ddtree_tree.py",
@@ -70,7 +78,7 @@ def test_injected_fault_breaks_token_equality(name: str, ddtree_venv, live_model
     try:
         inject(broken.venv, fault)
         spec = matrix.engine_spec(fx, arm)
-        spec = ls.EngineSpec(spec.name, spec.kwargs, tuple(p for p in spec.phases if p.name in ("single", "batch")))
+        spec = ls.EngineSpec(spec.name, spec.kwargs, tuple(p for p in spec.phases if p.name in fault.phases))
         runs = ls.run_engines(str(broken), [spec], tmp_path / "run")
     finally:
         venvs.remove_venv(broken.venv, background=True)
@@ -78,10 +86,9 @@ def test_injected_fault_breaks_token_equality(name: str, ddtree_venv, live_model
     assert base.ok
     assert run.ok, f"the broken engine did not run at all ({run.error}): a control must reach the comparison"
     healthy = greedy_runs[fault.fixture][arm.name]
-    assert healthy.ok and not (ls.token_mismatches(base, healthy, "single")
-                               + ls.token_mismatches(base, healthy, "batch")), \
+    assert healthy.ok and not [p for ph in fault.phases for p in ls.token_mismatches(base, healthy, ph)], \
         "the unbroken configuration must match for the control to mean anything"
-    problems = ls.token_mismatches(base, run, "single") + ls.token_mismatches(base, run, "batch")
+    problems = [p for ph in fault.phases for p in ls.token_mismatches(base, run, ph)]
     assert problems, f"fault {name!r} went unnoticed: the equality check cannot fail"
 
 
