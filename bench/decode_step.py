@@ -85,6 +85,7 @@ import importlib
 import json
 import math
 import os
+import random
 import statistics
 import subprocess
 import sys
@@ -103,6 +104,8 @@ sys.path.insert(0, REPO)
 from patchsets.ddtree.modules import ddtree_info as D  # noqa: E402
 from patchsets.ddtree.modules.ddtree_budget import (  # noqa: E402
     CHAIN,
+    AutoBudgetPlanner,
+    batch_bucket,
     VerifyCostModel,
     best_budget_per_batch,
 )
@@ -1173,11 +1176,46 @@ def dflash_step_ms(rows: Sequence[dict], bs: int) -> float:
     return med(xs)
 
 
+AUTO_STEPS = 2000
+AUTO_TIME_SIGMA = 0.03       # per-step time noise (log-normal sigma)
+AUTO_ACCEPT_SIGMA = 0.30     # per-request accept noise (log-normal sigma; a step averages bs requests)
+
+
+def simulate_auto(model: VerifyCostModel, bs: int, dflash_s: float, acc: Callable[[int], float],
+                  floor: int, ceiling: int, steps: int = AUTO_STEPS, seed: int = 17) -> dict:
+    """Revision 7's online planner (``AutoBudgetPlanner``, as the worker drives it) over ``steps``
+    decode steps at batch ``bs``: each step's time is the cost model's (DFLASH's measured step
+    for a chain step) with log-normal noise, its committed tokens per request ``1 + acc(n)`` with
+    log-normal noise of sigma ``AUTO_ACCEPT_SIGMA / sqrt(bs)``. Returns the realized tokens/s —
+    exploration and re-measuring included — and the plan it ended on. Simulated on measured step
+    times: no device run."""
+    rng = random.Random(seed * 1009 + bs)
+    planner = AutoBudgetPlanner(floor, ceiling)
+    tokens = seconds = 0.0
+    used: Dict[int, int] = {}
+    for _ in range(steps):
+        n = planner.choose(bs)
+        used[n] = used.get(n, 0) + 1
+        # log-normal noise of mean 1 (exp(N(-s^2/2, s))): the noise alone favours no budget
+        ts, ta = AUTO_TIME_SIGMA, AUTO_ACCEPT_SIGMA / math.sqrt(bs)
+        t = (dflash_s if n == CHAIN else model.step_s(bs, n + 1)) * math.exp(rng.gauss(-ts * ts / 2, ts))
+        tau = (1 + acc(n)) * math.exp(rng.gauss(-ta * ta / 2, ta))
+        planner.record_time(bs, n, t)
+        planner.record_accept(n, max(1.0, tau))
+        tokens += bs * max(1.0, tau)
+        seconds += t
+    plan = planner.plan().get(batch_bucket(bs))
+    return dict(tok_s=tokens / seconds, plan="chain" if plan == CHAIN else plan, steps=steps,
+                on_plan=used.get(plan, 0) / steps if plan is not None else 0.0,
+                used={("chain" if k == CHAIN else str(k)): v for k, v in sorted(used.items())})
+
+
 def project(rows: Sequence[dict], block: int = 16, fixed: int = 256) -> dict:
     """Projected committed tokens/s DDTREE / DFLASH per batch size and budget, for each acceptance
     curve of ``CURVES``; (b) the planner's schedule over the measured budgets and chain steps
     (revision 4: a chain step IS DFlash's step, so its ratio is 1 by construction, measured as the
-    DFLASH arm); (c) the same planner without chain steps (revision 3)."""
+    DFLASH arm); (c) the same planner without chain steps (revision 3); (d) revision 7's online
+    planner, simulated over ``AUTO_STEPS`` steps on the measured times (``simulate_auto``)."""
     cost_d = cost_table(rows)
     model = cost_model_from_dict(cost_d)
     floor = block - 1
@@ -1209,6 +1247,8 @@ def project(rows: Sequence[dict], block: int = 16, fixed: int = 256) -> dict:
                 entry["schedule"] = dict(budget=nb, **entry["by_budget"][str(nb)])
             nt = trees_only.budget_for(bs)
             entry["trees_only"] = dict(budget=nt, **entry["by_budget"][str(nt)])
+            auto = simulate_auto(model, bs, d_ms / 1e3, acc, floor, ceiling)
+            entry["auto"] = dict(auto, ratio=auto["tok_s"] / d_rate)
             per.append(entry)
         goal_all = all(e["schedule"]["ratio"] >= 1.0 for e in per)
         goal_bs1 = next((e["schedule"]["ratio"] for e in per if e["bs"] == 1), float("nan"))
@@ -1277,15 +1317,18 @@ def tables(rows: Sequence[dict], proj: dict, head: str) -> str:
         lines.append("")
         budgets = sorted(int(k) for k in c["batches"][0]["by_budget"])
         lines.append("| bs | DFLASH tau | DFLASH tok/s | " + " | ".join(f"N {n} (tau)" for n in budgets)
-                     + " | (a) fixed 256 | (b) schedule with chain steps: N -> ratio | (c) trees only (r3) |")
-        lines.append("|---:|---:|---:|" + "---:|" * len(budgets) + "---:|---|---|")
+                     + " | (a) fixed 256 | (b) schedule with chain steps: N -> ratio | (c) trees only (r3) "
+                     + "| (d) auto (r7), simulated: ratio, plan, steps on it |")
+        lines.append("|---:|---:|---:|" + "---:|" * len(budgets) + "---:|---|---|---|")
         for e in c["batches"]:
             cells = [f"{e['by_budget'][str(n)]['ratio']:.3f} ({e['by_budget'][str(n)]['tau']:.2f})" for n in budgets]
             fx = f"{e['fixed']['ratio']:.3f}" if "fixed" in e else "-"
             sc, tr = e["schedule"], e.get("trees_only")
             trt = f"N {tr['budget']} -> {tr['ratio']:.3f}" if tr else "-"
+            au = e.get("auto")
+            aut = (f"{au['ratio']:.3f}, {_budget_label(au['plan'])}, {100 * au['on_plan']:.0f} %" if au else "-")
             lines.append(f"| {e['bs']} | {e['dflash_tau']:.2f} | {e['dflash_tok_s']:.0f} | " + " | ".join(cells)
-                         + f" | {fx} | {_budget_label(sc['budget'])} -> {sc['ratio']:.3f} | {trt} |")
+                         + f" | {fx} | {_budget_label(sc['budget'])} -> {sc['ratio']:.3f} | {trt} | {aut} |")
         lines.append("")
         lines.append(f"schedule ({name}): \"{c['schedule_text']}\"; goal ratio >= 1.0 at every batch: "
                      f"{'met' if c['goal_ratio_ge_1_every_batch'] else 'NOT met'}; >= 1.2 at batch 1: "

@@ -220,15 +220,16 @@ def test_auto_follows_a_workload_whose_acceptance_rises():
     assert p.plan()[1] == CHAIN
     rich = {CHAIN: 4.0, 15: 6.0, 31: 8.0, 63: 9.0, 127: 9.5, 255: 9.6}        # trees find much
     _run(p, 400, 1, lambda b, n: H200_MS[1][n] / 1e3, rich.__getitem__)
-    assert p.plan()[1] in (31, 63)
+    value = {n: rich[n] / H200_MS[1][n] for n in rich}          # N 63 best, N 127 1.9 % behind it
+    assert p.plan()[1] != CHAIN and value[p.plan()[1]] >= max(value.values()) / (1 + p.hysteresis)
 
 
 def test_auto_warm_up_sample_dropped_and_outliers_clipped():
-    p = AutoBudgetPlanner(3, 8)
+    p = AutoBudgetPlanner(3, 8, alpha=0.25)
     p.record_time(1, CHAIN, 30.0)                  # the first step compiles: dropped
     p.record_time(1, CHAIN, 0.010)
     p.record_time(1, CHAIN, 5.0)                   # a stall: clipped to 4x the estimate
-    assert p._time[(1, CHAIN)].value == pytest.approx(0.75 * 0.010 + 0.25 * 0.040)
+    assert p._time[(1, CHAIN)].value == pytest.approx(0.5 * 0.010 + 0.5 * 0.040)   # mean of 2 samples
     p.record_time(1, 99, 1.0)                      # not a candidate: ignored
     p.record_accept(3, 0.5)                        # below one token: ignored
     assert (1, 99) not in p._seen and 3 not in p._accept

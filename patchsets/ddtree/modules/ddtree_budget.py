@@ -312,22 +312,26 @@ def batch_bucket(batch_size: int) -> int:
 
 @dataclass
 class _Mean:
-    """An exponentially weighted mean and how many samples made it."""
+    """A mean that weighs the n-th sample 1/n until that falls to ``alpha`` (the plain mean of the
+    first 1/alpha samples, then exponentially weighted), and how many samples made it."""
 
     value: float = 0.0
     count: int = 0
 
     def add(self, x: float, alpha: float) -> None:
-        self.value = x if self.count == 0 else (1.0 - alpha) * self.value + alpha * x
         self.count += 1
+        w = max(alpha, 1.0 / self.count)
+        self.value = (1.0 - w) * self.value + w * x
 
 
 class AutoBudgetPlanner:
     """The budget of each decode step, chosen online from this server's own measurements.
 
-    Estimates (exponentially weighted, ``alpha``): seconds per decode step by (batch bucket,
-    budget) — ``record_time`` — and tokens committed per request per step (accepted drafts + the
-    bonus token) by budget — ``record_accept``; acceptance does not depend on the batch, the step's
+    Estimates — the plain mean of the first samples, then exponentially weighted: seconds per
+    decode step by (batch bucket, budget) — ``record_time``, weight ``alpha`` — and tokens
+    committed per request per step (accepted drafts + the bonus token) by budget —
+    ``record_accept``, weight ``accept_alpha`` (None: ``alpha``; lower, since a step's accept
+    length is far noisier than its time); acceptance does not depend on the batch, the step's
     cost does. The value of a budget n for a batch bucket is accept(n) / seconds(bucket, n), i.e.
     committed tokens per second up to the constant batch size.
 
@@ -335,27 +339,35 @@ class AutoBudgetPlanner:
     (``auto_candidates``), ``min_samples`` each, and stop at the first tree budget whose value falls
     ``margin`` below the best tree's (verify cost grows faster than acceptance past the peak, so
     wider trees are not tried: at batch 64 on an H200 a 257-token verify costs 8.8x DFlash's);
-    then run the best (chain or tree). Every ``reexplore_every`` decisions of a bucket one step
+    then run the best (chain or tree), keeping the running plan unless another budget's value
+    beats it by more than ``hysteresis`` (noise in the estimates would otherwise flip it). Every ``reexplore_every`` decisions of a bucket one step
     re-measures a neighbour of the best, alternating the wider and the narrower one, so the plan
     follows a workload whose acceptance or cost drifts. The first sample of each (bucket, budget)
     is dropped (kernel compilation and warm-up), and later ones are clipped to ``outlier`` x the
     estimate. A chosen budget is always ``CHAIN`` or within [floor, ceiling].
 
-    The search is the planner's own; the objective (committed tokens per second per step, the
-    verify cost against acceptance) is the DDTree paper's trade-off (Ringel & Romano, arXiv
-    2604.12989, Sec. 5) measured on the host instead of modelled. Not thread-safe (one per worker).
+    The defaults were chosen by simulating the planner on the H200 step times of
+    ``bench/results/2026-12-02-h200-decode-step*.md`` with noisy step times and accept lengths
+    (``bench/decode_step.py --project``): over 2,000 steps it keeps 97.6-99.9 % of the tokens/s
+    of the best fixed choice per batch size, exploration included. The search is the planner's own; the trade-off it measures (verify
+    cost against acceptance) is the DDTree paper's (Ringel & Romano, arXiv 2604.12989), measured
+    on the host instead of modelled. Not thread-safe (one per worker).
     Raises ValueError for floor/ceiling out of order or non-positive settings.
     """
 
-    def __init__(self, floor: int, ceiling: int, *, min_samples: int = 2, margin: float = 0.05,
-                 reexplore_every: int = 64, alpha: float = 0.25, outlier: float = 4.0) -> None:
-        if min_samples < 1 or reexplore_every < 2 or not 0 < alpha <= 1 or margin < 0 or outlier <= 1:
-            raise ValueError("AutoBudgetPlanner: min_samples >= 1, reexplore_every >= 2, 0 < alpha <= 1, "
-                             "margin >= 0 and outlier > 1")
+    def __init__(self, floor: int, ceiling: int, *, min_samples: int = 4, margin: float = 0.05,
+                 reexplore_every: int = 128, alpha: float = 0.1, accept_alpha: Optional[float] = 0.03,
+                 hysteresis: float = 0.02, outlier: float = 4.0) -> None:
+        accept_alpha = alpha if accept_alpha is None else accept_alpha
+        if (min_samples < 1 or reexplore_every < 2 or not 0 < alpha <= 1 or not 0 < accept_alpha <= 1
+                or margin < 0 or hysteresis < 0 or outlier <= 1):
+            raise ValueError("AutoBudgetPlanner: min_samples >= 1, reexplore_every >= 2, 0 < alpha, "
+                             "accept_alpha <= 1, margin >= 0, hysteresis >= 0 and outlier > 1")
         self.floor, self.ceiling = int(floor), int(ceiling)
         self.candidates = auto_candidates(self.floor, self.ceiling)
-        self.min_samples, self.margin = min_samples, margin
+        self.min_samples, self.margin, self.hysteresis = min_samples, margin, hysteresis
         self.reexplore_every, self.alpha, self.outlier = reexplore_every, alpha, outlier
+        self.accept_alpha = accept_alpha
         self._time: Dict[Tuple[int, int], _Mean] = {}
         self._seen: Dict[Tuple[int, int], int] = {}
         self._accept: Dict[int, _Mean] = {}
@@ -381,7 +393,7 @@ class AutoBudgetPlanner:
         """A decode step at ``budget`` committed ``tokens_per_request`` tokens per request on
         average (accepted drafts + the bonus token: >= 1)."""
         if budget in self.candidates and tokens_per_request >= 1:
-            self._accept.setdefault(int(budget), _Mean()).add(float(tokens_per_request), self.alpha)
+            self._accept.setdefault(int(budget), _Mean()).add(float(tokens_per_request), self.accept_alpha)
 
     # -- the plan ----------------------------------------------------------------------------
     def value(self, batch_size: int, budget: int) -> Optional[float]:
@@ -412,6 +424,11 @@ class AutoBudgetPlanner:
             if v < tree_best * (1.0 - self.margin):
                 break                                   # past the peak
             tree_best = max(tree_best, v)
+        held = self._best.get(bucket)
+        if held is not None and held != best:
+            held_v = self.value(bucket, held)           # keep the running plan unless clearly beaten
+            if held_v is not None and held_v * (1.0 + self.hysteresis) >= best_v:
+                best = held
         self._best[bucket] = best
         if n_dec % self.reexplore_every == 0:
             i = self.candidates.index(best)
