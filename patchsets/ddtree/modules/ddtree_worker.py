@@ -379,9 +379,15 @@ class DDTreeWorker(_WorkerBase):  # type: ignore[misc,valid-type]
         self._ddtree_positions_buf: Optional[torch.Tensor] = None
         schedule_text = getattr(get_spec(), "speculative_ddtree_budget_schedule", None)
         floor = max(1, sizes.block_size - 1)
-        self.budget_planner: Optional[AutoBudgetPlanner] = (
-            AutoBudgetPlanner(floor, max(floor, sizes.budget)) if is_auto(schedule_text) else None
-        )
+        self.budget_planner: Optional[AutoBudgetPlanner] = None
+        if is_auto(schedule_text):
+            if sizes.budget < floor:
+                raise ValueError(
+                    f"DDTREE --speculative-ddtree-budget-schedule auto chooses budgets from block size "
+                    f"- 1 = {floor} up to --speculative-ddtree-budget, which is {sizes.budget}: give "
+                    f"--speculative-ddtree-budget {floor} or more (the widest tree it may verify)."
+                )
+            self.budget_planner = AutoBudgetPlanner(floor, sizes.budget)
         self.budget_schedule: Optional[BudgetSchedule] = (
             load_schedule(str(schedule_text), floor=floor, ceiling=sizes.budget)
             if schedule_text and self.budget_planner is None
