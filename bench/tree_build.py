@@ -40,7 +40,7 @@ from patchsets.ddtree.modules.ddtree_tree import (  # noqa: E402
 )
 from tests.support.ddtree import KINDS, draft_logits  # noqa: E402
 
-PREPS = ("row", "chunked", "radix", "bound")
+PREPS = ("row", "chunked", "radix", "bound", "small")
 PREPS_16BIT = ("radix", "bound")  # read 16-bit floats only
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 BEAMS = ("sort", "select", "prune")
@@ -63,14 +63,22 @@ def main():
     ap.add_argument("--components", action="store_true",
                     help="also time the older prep pieces (row / chunked kernels, torch.topk alone)")
     ap.add_argument("--preps", default="radix,bound", help=f"Triton prep variants timed, from {PREPS}")
-    ap.add_argument("--dtype", default="bf16", choices=sorted(DTYPES),
+    ap.add_argument("--dtype", default="bf16",
                     help=f"draft logits dtype (the {'/'.join(PREPS_16BIT)} preps need bf16 or fp16)")
     ap.add_argument("--no-torch-path", action="store_true",
                     help="skip timing the all-torch path (recorded in bench/RESULTS.md)")
+    ap.add_argument("--prep-only", action="store_true",
+                    help="time only the preps (--preps, K = each of --budgets) beside the floor of "
+                         "reading the logits once (x.amax(-1)), for every --dtype in a comma list; "
+                         "checks that every prep gives the same ids as the first")
     ap.add_argument("--bounds", default="",
                     help="also time the pruned beam with these score bounds (none,chain,tight; "
                          "the default 'chain' is the beam_prune column), side by side")
     a = ap.parse_args()
+    if a.prep_only:
+        return prep_only(a)
+    if a.dtype not in DTYPES:
+        raise SystemExit(f"--dtype {a.dtype}: choose one of {sorted(DTYPES)}")
     dev = "cuda"
     L, V = a.depth, a.vocab
     rows = []
@@ -182,6 +190,50 @@ def main():
                 device=torch.cuda.get_device_name(), torch=torch.__version__, L=L, V=V,
                 dtype=str(dtype).removeprefix("torch."), topk="K = N", cpu_threads=torch.get_num_threads())
     print(table(rows, meta))
+    if a.out:
+        with open(a.out, "w") as f:
+            json.dump(dict(meta=meta, rows=rows), f, indent=1)
+
+
+def prep_only(a):
+    """--prep-only: CUDA-graph medians of ``draft_topk(x, K, prep=p)`` per prep, beside the floor
+    (one read of the logits: ``x.amax(-1)``) and bytes / 4.8 TB/s, one row per (dtype, kind, bs, K)."""
+    dev = "cuda"
+    L, V = a.depth, a.vocab
+    preps = [p for p in a.preps.split(",") if p]
+    if [p for p in preps if p not in PREPS]:
+        raise SystemExit(f"--preps {a.preps}: choose from {PREPS}")
+    rows = []
+    for dname in a.dtype.split(","):
+        dtype = DTYPES[dname]
+        for kind, bs in [(k, int(v)) for k in a.kinds.split(",") for v in a.bs.split(",")]:
+            x = draft_logits(bs, bs, L, V, dtype, kind=kind, device=dev)
+            for K in [int(v) for v in a.budgets.split(",")]:
+                use = [p for p in preps if dtype != torch.float32 or p not in PREPS_16BIT]
+                ref = draft_topk(x, K, prep=use[0])
+                for p in use[1:]:
+                    got = draft_topk(x, K, prep=p)
+                    if not torch.equal(got[1], ref[1]):
+                        raise SystemExit(f"prep {p}: ids differ from {use[0]}'s ({dname} {kind} bs={bs} K={K})")
+                times = {p: gpu_graph_median_us(lambda: draft_topk(x, K, prep=p), reps=100) for p in use}  # noqa: B023
+                floor = gpu_graph_median_us(lambda: x.amax(-1), reps=100)
+                ideal = x.numel() * x.element_size() / 4.8e12 * 1e6
+                rows.append(dict(dtype=dname, kind=kind, bs=bs, K=K, prep_us=times, floor_us=floor,
+                                 ideal_us=ideal, default=prefer_prep(bs * L, dtype, K)))
+                print(f"{dname} {kind} bs={bs} K={K} " + " ".join(f"{p}={v:.1f}" for p, v in times.items())
+                      + f" floor={floor:.1f} ideal={ideal:.1f} default={rows[-1]['default']}", flush=True)
+    meta = dict(date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+                device=torch.cuda.get_device_name(), torch=torch.__version__, L=L, V=V)
+    out = [f"Prep only — {meta['device']}, {meta['date']}, torch {meta['torch']}, L={L}, V={V}; "
+           "CUDA-graph medians of 100 replays, µs", "",
+           "| dtype | logits | bs | K | " + " | ".join(f"{p} µs" for p in preps)
+           + " | floor: x.amax(-1) µs | bytes / 4.8 TB/s µs | default |",
+           "|---|---|---:|---:|" + "---:|" * len(preps) + "---:|---:|---|"]
+    for r in rows:
+        out.append(f"| {r['dtype']} | {r['kind']} | {r['bs']} | {r['K']} | "
+                   + " | ".join(f"{r['prep_us'][p]:.1f}" if p in r["prep_us"] else "–" for p in preps)
+                   + f" | {r['floor_us']:.1f} | {r['ideal_us']:.1f} | {r['default']} |")
+    print("\n".join(out))
     if a.out:
         with open(a.out, "w") as f:
             json.dump(dict(meta=meta, rows=rows), f, indent=1)

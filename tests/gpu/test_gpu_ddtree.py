@@ -276,3 +276,44 @@ def test_bound_prep_equals_radix_at_scale(kind):
     t2 = build_ddtree(x3, roots, 512, 512, use_triton=True, prep="radix", beam="sort")
     for f in FIELDS + ("retrieve_next_token", "retrieve_next_sibling", "tree_mask", "num_nodes"):
         assert torch.equal(getattr(t1, f), getattr(t2, f)), (kind, f)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32], ids=["bf16", "fp16", "fp32"])
+@pytest.mark.parametrize("kind", ["normal", "peaked", "ties"])
+def test_small_prep_equals_bound_and_torch_at_scale(dtype, kind):
+    """prep="small" (K <= 32: each logit read once, one program per row gathers the K best
+    sub-blocks) at V = 151,936, K = 1..32, 60 rows with -inf entries (a row all -inf, a row with 5
+    finite logits, a row with every other logit -inf): the torch twin's ids exactly and its lp /
+    lse within float32 rounding (lp but on the all -inf row); for bf16 / fp16 the bound prep's lp,
+    ids and lse bit for bit."""
+    from patchsets.ddtree.kernels import ddtree_prep as KP
+
+    V = 151_936
+    x = logits(17, 4, 15, V, dtype, kind).to(DEV).reshape(60, V)
+    x[0] = float("-inf")
+    x[1, : V - 5] = float("-inf")
+    x[2, ::2] = float("-inf")
+    x3 = x.view(4, 15, V)
+    for k in range(1, 33):
+        lp, ids, lse = KP.topk_small_triton(x, k)
+        tlp, tids, tlse = draft_topk(x3, k, use_triton=False)
+        assert torch.equal(ids, tids.reshape(60, k)), (kind, k)
+        torch.testing.assert_close(lse, tlse.reshape(60), rtol=0, atol=2e-5, equal_nan=True)
+        # row 0 (all -inf, lse -inf): lp = min(NaN, 0) is 0 in Triton (as in the bound prep), NaN in torch
+        torch.testing.assert_close(lp[1:], tlp.reshape(60, k)[1:], rtol=0, atol=5e-5, equal_nan=True)
+        if dtype != torch.float32:
+            for u, v, name in zip((lp, ids, lse), KP.topk_bound_triton(x, k), ("lp", "ids", "lse")):
+                assert torch.equal(u.isnan(), v.isnan()) and torch.equal(u.nan_to_num(), v.nan_to_num()), (kind, k, name)
+
+
+@pytest.mark.parametrize("kind", ["normal", "peaked", "ties"])
+def test_default_prep_trees_at_small_budgets(kind):
+    """At N <= 32 the default prep is "small": bs 4 x L 15 bf16 trees (N 16 and 32) equal those
+    built with prep="bound", every array."""
+    x = logits(19, 4, 15, 151_936, torch.bfloat16, kind).to(DEV)
+    roots = torch.arange(4, device=DEV)
+    for N in (16, 32):
+        t1 = build_ddtree(x, roots, N, N, use_triton=True)
+        t2 = build_ddtree(x, roots, N, N, use_triton=True, prep="bound", beam="prune")
+        for f in FIELDS + ("retrieve_next_token", "retrieve_next_sibling", "tree_mask", "num_nodes"):
+            assert torch.equal(getattr(t1, f), getattr(t2, f)), (kind, N, f)

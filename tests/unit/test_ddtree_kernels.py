@@ -414,3 +414,42 @@ def test_bound_prep_errors():
             KP.topk_bound_triton(x, **kw)
     with pytest.raises(ValueError, match="bf16"):
         KP.topk_bound_triton(x.float(), 5)
+
+
+@pytest.mark.parametrize("seed,rows,V,k,sub,cap,dtype,kind", [
+    (1, 3, 300, 32, 16, 256, torch.bfloat16, "ties"),  # heavy ties: the sort-everything branch
+    (2, 2, 777, 8, 64, 256, torch.float16, "normal"),
+    (3, 3, 400, 5, 8, 5, torch.float32, "peaked"),  # cap = k: candidates overflow often
+    (4, 2, 7, 7, 1, 7, torch.float32, "ties"),  # k = V: every element
+    (5, 3, 150, 31, 64, 256, torch.bfloat16, "normal"),  # fewer than k sub-blocks: all gathered
+    (6, 2, 1, 1, 64, 256, torch.float16, "normal"),
+])
+def test_small_prep_equals_the_tie_rule_and_the_bound_prep(seed, rows, V, k, sub, cap, dtype, kind):
+    """The small-K prep (each logit read once; one program per row gathers the k best sub-blocks
+    and sorts their candidates) gives the tie-rule ids (value desc, id asc) on flat, peaked and
+    tied logits of every dtype with -inf entries (and a row all -inf), lse within float32
+    rounding of torch.logsumexp, and for 16-bit logits the bound prep's lp, ids and lse bit for
+    bit."""
+    x = draft_logits(seed, 1, rows, V, dtype, kind=kind)[0]
+    x[0, : V // 2] = float("-inf")
+    if rows > 2:
+        x[2] = float("-inf")
+    lp, ids, lse = KP.topk_small_triton(x, k, chunk=64, sub_block=sub, cap=cap)
+    assert torch.equal(ids, torch.sort(-x.float(), dim=-1, stable=True).indices[:, :k])
+    torch.testing.assert_close(lse, torch.logsumexp(x.float(), dim=-1), rtol=0, atol=1e-5)
+    fin = lse > float("-inf")
+    torch.testing.assert_close(lp[fin], (x.float().gather(1, ids) - lse[:, None]).clamp(max=0)[fin],
+                               rtol=0, atol=0)
+    if dtype != torch.float32:
+        for u, v in zip((lp, ids, lse), KP.topk_bound_triton(x, k, chunk=64, sub_block=64)):
+            assert torch.equal(u.isnan(), v.isnan()) and torch.equal(u.nan_to_num(), v.nan_to_num())
+
+
+def test_small_prep_errors():
+    x = torch.zeros(2, 100, dtype=torch.bfloat16)
+    for kw, msg in ((dict(k=0), "1 <= k"), (dict(k=33), "1 <= k"), (dict(k=5, chunk=100), "chunk"),
+                    (dict(k=5, sub_block=3), "sub_block"), (dict(k=5, cap=4), "cap")):
+        with pytest.raises(ValueError, match=msg):
+            KP.topk_small_triton(x, **kw)
+    with pytest.raises(ValueError, match="bf16/fp16/fp32"):
+        KP.topk_small_triton(x.double(), 5)

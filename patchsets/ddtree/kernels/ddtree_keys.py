@@ -10,8 +10,8 @@ unused lanes everywhere (also the top-K preps' value keys, ``ddtree_prep``). The
 key is ``ddtree_tree.desc_key`` (sglang/srt/speculative/).
 
 ``_packed_count4`` / ``_fields_at_least`` count four thresholds in one reduction: the 5-ary
-searches of the beam's selection (``ddtree_beam._select_smallest``) and of the bound prep's K-th
-sub-block maximum (``ddtree_prep._bd_combine_a``).
+searches of the beam's selection (``ddtree_beam._select_smallest``) and of the bound and small-K
+preps' K-th sub-block maximum (``ddtree_prep._bd_combine_a``, ``ddtree_prep._sk_select``).
 
 Depends on Triton alone.
 """

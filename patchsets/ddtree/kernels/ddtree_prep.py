@@ -7,12 +7,16 @@ log-probs and token ids under the tie rule (value desc, id asc), and the rows' l
 | ``topk_radix_triton``      | ``torch.topk`` + lse + tie fix (bf16/fp16) | an option, slower than bound at     |
 |                            | (3 passes over (row, program) grids, P    | every size: 46-54 us at bs 1, 1.54- |
 |                            | programs per row looping over chunks)     | 1.62 ms at bs 64                    |
-| ``topk_bound_triton``      | same; sub-block maxima bound the K-th     | default prep for bf16: 28-34 us at  |
-|                            | value, only candidates sorted (one        | bs 1 (K <= 512), 49.5 at K 1024,    |
+| ``topk_bound_triton``      | same; sub-block maxima bound the K-th     | 16-bit default at K > 32: 28-34 us  |
+|                            | value, only candidates sorted (one        | at bs 1 (K <= 512), 49.5 at 1024,   |
 |                            | looping program redoes overflowing rows)  | 590-789 us at bs 64                 |
 | ``lse_triton``             | ``torch.logsumexp(x.float())``            | "row" prep (one program per row)    |
 | ``tie_fix_triton``         | full-vocabulary int32 ``where`` + topk    | "row" prep                          |
 | ``prep_chunked_triton``    | (both of the above, (row, chunk) grid)    | "chunked": 2.3x "row" at bs 1       |
+| ``topk_small_triton``      | same (K <= 32, bf16/fp16/fp32); each      | default prep for K <= 32: 22-26 us  |
+|                            | logit read once, then one program per row | at bs 1, 41-45 at bs 8, 252-270 at  |
+|                            | gathers the K best sub-blocks and sorts   | bs 64 (bound: 28-30 / 85-88 /       |
+|                            | their candidates                          | 578-596; fp32 352-363 at bs 64)     |
 
 Importing this module needs Triton; ``sglang/srt/speculative/ddtree_tree.py`` imports it lazily,
 only for CUDA tensors (or when asked to). The kernels also run under ``TRITON_INTERPRET=1`` on CPU
@@ -34,6 +38,8 @@ __all__ = [
     "prep_chunked_triton",
     "topk_radix_triton",
     "topk_bound_triton",
+    "topk_small_triton",
+    "SMALL_K_MAX",
 ]
 
 
@@ -668,3 +674,182 @@ def topk_bound_triton(x: torch.Tensor, k: int, chunk: int = 4096, sub_block: int
                        num_warps=8)  # overflowed rows only
     return lp, ids, lse
 
+
+
+# ----------------------------------------------------------------------------------------------
+# Small-K prep (draft_topk(..., prep="small"), K <= 32): each logit is read once. Pass A is the
+# bound prep's (16-bit) or its float32 twin ``_sk_pass_a32``: per (row, chunk) program the
+# log-sum-exp partials and the order-image maximum of every SB-element sub-block. Then ONE
+# program per row (``_sk_select``) does the rest, reading ~K * SB more elements:
+# - the row's K best sub-blocks under (maximum desc, sub-block index asc). They hold the row's
+#   top K: every top-K element's sub-block has its best element (a distinct element, at least as
+#   good) in the top K too, so at most K sub-blocks hold top-K elements, each among the K best
+#   (sub-blocks are contiguous id ranges, so index order is the id order of equal maxima). The
+#   K-th largest maximum thr comes from the bound prep's 5-ary search (8 rounds for 16-bit
+#   images, 14 for 32-bit ones); ties at thr are taken in index order (one prefix sum).
+# - those sub-blocks' elements >= thr (the K best maxima are K elements >= thr, so the K-th
+#   value is >= thr): usually ~K to 2K of them, compacted into at most CAP slots and sorted as
+#   packed (value desc, id asc) keys; a row with more (heavy ties at thr) sorts all GS * SB
+#   gathered keys instead, in the same program. The first K keys give ids, lp = min(x - lse, 0).
+# No fallback launch, no atomics; lse bit-identical to the bound prep's for 16-bit logits (the
+# same partials and combine formula).
+# ----------------------------------------------------------------------------------------------
+
+SMALL_K_MAX = 32  # the largest K that ``topk_small_triton`` takes (its gather holds K sub-blocks)
+
+
+@triton.jit
+def _ord32(x):
+    """Order-preserving unsigned image of a float32 (int64 in [0, 2**32 - 1]); -0.0 == +0.0;
+    +NaN above +inf, as ``_ord16`` ranks a 16-bit NaN."""
+    u = x.to(tl.int32, bitcast=True).to(tl.int64) & 4294967295
+    u = tl.where(u == 2147483648, 0, u)
+    return tl.where(u >= 2147483648, 4294967295 - u, u + 2147483648)
+
+
+@triton.jit
+def _sk_pass_a32(x_ptr, pm_ptr, ps_ptr, sbm_ptr, NCH, V: tl.constexpr, CH: tl.constexpr, SB: tl.constexpr):
+    """Grid (R, NCH), float32 logits: ``_bd_pass_a`` with the 32-bit image (sbm [R, NCH * CH / SB]
+    int64, -1 where a sub-block holds no element; pm / ps [R, NCH] f32 as ``_chunk_lse_partials``)."""
+    row = tl.program_id(0).to(tl.int64)
+    ch = tl.program_id(1)
+    offs = ch * CH + tl.arange(0, CH)
+    m = offs < V
+    x = tl.load(x_ptr + row * V + offs, mask=m, other=float("-inf"))
+    cm, cs = _chunk_lse_partials(x)
+    tl.store(pm_ptr + row * NCH + ch, cm)
+    tl.store(ps_ptr + row * NCH + ch, cs)
+    o = tl.where(m, _ord32(x), -1)
+    sb = tl.max(tl.reshape(o, [CH // SB, SB]), axis=1)
+    tl.store(sbm_ptr + (row * NCH + ch) * (CH // SB) + tl.arange(0, CH // SB), sb)
+
+
+@triton.jit
+def _sk_write(x_ptr, lp_ptr, ids_ptr, row, top, lse, K, V: tl.constexpr, KP: tl.constexpr):
+    """Write a row's top K from its first KP ascending keys ``top`` (id in the low 31 bits):
+    ids [R, K] int64 and lp = min(x - lse, 0) [R, K] f32."""
+    kk = tl.arange(0, KP)
+    km = kk < K
+    ids = tl.where(km, top & 2147483647, 0)
+    xv = tl.load(x_ptr + row * V + ids, mask=km, other=0.0).to(tl.float32)
+    tl.store(lp_ptr + row * K + kk, tl.minimum(xv - lse, 0.0), mask=km)
+    tl.store(ids_ptr + row * K + kk, ids, mask=km)
+
+
+@triton.jit
+def _sk_select(x_ptr, pm_ptr, ps_ptr, sbm_ptr, gsc_ptr, csc_ptr, lse_ptr, lp_ptr, ids_ptr, K, NCH,
+               NSB, CAP, V: tl.constexpr, SB: tl.constexpr, W32: tl.constexpr, NCHP: tl.constexpr,
+               NSBP: tl.constexpr, GS: tl.constexpr, CAPP: tl.constexpr, KP: tl.constexpr,
+               ROUNDS: tl.constexpr):
+    """Grid (R,). lse [R] f32 from the partials (the bound prep's formula); the K best
+    sub-blocks' indices through gsc [R, GS] (scratch), their elements >= thr through csc
+    [R, CAP] int64 (scratch) -> ids [R, K] int64, lp [R, K] f32 (see the section comment).
+    sbm [R, NSB]: int32 16-bit images (W32 False) or int64 32-bit ones (W32 True), -1 = empty."""
+    row = tl.program_id(0).to(tl.int64)
+    lse = _lse_from_partials(pm_ptr, ps_ptr, row, NCH, NCHP)
+    tl.store(lse_ptr + row, lse)
+    sj = tl.arange(0, NSBP)
+    v = tl.load(sbm_ptr + row * NSB + sj, mask=sj < NSB, other=-1).to(tl.int64)
+    if W32:
+        omax = 4294967295
+    else:
+        omax = 65535
+    # thr = the largest t with #(v >= t) >= K; invariant #(v >= lo) >= K > #(v >= hi + 1)
+    lo = tl.zeros([], tl.int64)
+    hi = tl.zeros([], tl.int64) + omax
+    for _ in range(ROUNDS):
+        step = (hi - lo) // 5 + 1
+        c = _packed_count4(v >= lo + step, v >= lo + 2 * step, v >= lo + 3 * step, v >= lo + 4 * step)
+        lo = lo + _fields_at_least(c, K) * step
+        hi = tl.minimum(lo + step - 1, hi)
+    real = v >= 0
+    enough = tl.sum(real.to(tl.int32), axis=0) >= K
+    thr = tl.where(enough, lo, 0)
+    eq = v == thr
+    need = K - tl.sum((v > thr).to(tl.int32), axis=0)
+    sel = (v > thr) | (eq & (tl.cumsum(eq.to(tl.int32), axis=0) <= need))
+    sel = tl.where(enough, sel, real)  # K sub-blocks, or every non-empty one when fewer
+    nsel = tl.sum(sel.to(tl.int32), axis=0)
+    tl.store(gsc_ptr + row * GS + tl.where(sel, tl.cumsum(sel.to(tl.int32), axis=0) - 1, 0), sj, mask=sel)
+    tl.debug_barrier()  # the indices were written across lanes
+    gg = tl.arange(0, GS)
+    gok = gg < nsel
+    g = tl.load(gsc_ptr + row * GS + gg, mask=gok, other=0).to(tl.int64)
+    cols = tl.reshape(g[:, None] * SB + tl.arange(0, SB)[None, :], [GS * SB])
+    cm = tl.reshape(gok[:, None] & (tl.arange(0, SB)[None, :] >= 0), [GS * SB]) & (cols < V)
+    xv = tl.load(x_ptr + row * V + cols, mask=cm, other=float("-inf"))
+    if W32:
+        o = _ord32(xv)
+    else:
+        o = _ord16(xv).to(tl.int64)
+    cand = cm & (o >= thr)
+    key = tl.where(cand, ((omax - o) << 31) | cols, _MAXKEY)
+    n = tl.sum(cand.to(tl.int32), axis=0)
+    if n <= CAP:
+        pos = tl.cumsum(cand.to(tl.int32), axis=0) - 1
+        tl.store(csc_ptr + row * CAP + tl.where(cand, pos, 0), key, mask=cand)
+        tl.debug_barrier()  # the keys were written across lanes
+        jj = tl.arange(0, CAPP)
+        ck = tl.load(csc_ptr + row * CAP + jj, mask=jj < n, other=_MAXKEY)
+        top = tl.min(tl.reshape(tl.sort(ck), [CAPP // KP, KP]), axis=0)
+        _sk_write(x_ptr, lp_ptr, ids_ptr, row, top, lse, K, V, KP)
+    else:  # heavy ties at thr: sort every gathered key
+        top = tl.min(tl.reshape(tl.sort(key), [GS * SB // KP, KP]), axis=0)
+        _sk_write(x_ptr, lp_ptr, ids_ptr, row, top, lse, K, V, KP)
+
+
+def topk_small_triton(x: torch.Tensor, k: int, chunk: int = 4096, sub_block: int = 64, cap: int = 256):
+    """Exact per-row top-k under the tie rule (value desc, id asc) for k <= ``SMALL_K_MAX``,
+    reading each logit once (see the section comment); for bf16 / fp16 the same lp, ids and lse
+    as ``topk_bound_triton`` (lse bit-identical: the same partials and combine).
+
+    x: [R, V] bf16 / fp16 / fp32 (made contiguous), V < 2**31; 1 <= k <= min(V, 32); chunk:
+    columns per pass-A program (a power of 2 in [64, 16384]); sub_block: elements per sub-block
+    maximum (a power of 2 dividing chunk; the row program gathers next_pow2(k) of them); cap:
+    candidate slots per row (>= k) before a row sorts all of its gathered keys instead. Returns
+    lp [R, k] f32 (min(x - lse, 0), non-increasing), ids [R, k] int64, lse [R] f32 (for fp32 as
+    the chunked prep's partials: equal to ``torch.logsumexp`` up to float32 rounding). 2
+    launches, no host sync, CUDA-graph capturable. Raises ValueError for other dtypes or bad
+    k / chunk / sub_block / cap, or more than 65,535 sub-blocks per row.
+    """
+    if x.dtype not in (torch.bfloat16, torch.float16, torch.float32):
+        raise ValueError(f"topk_small_triton needs bf16/fp16/fp32 logits, got {x.dtype}")
+    R, V = x.shape
+    if not 1 <= k <= min(V, SMALL_K_MAX):
+        raise ValueError(f"topk_small_triton needs 1 <= k <= min(V, {SMALL_K_MAX}) = "
+                         f"{min(V, SMALL_K_MAX)}, got k = {k}")
+    if not (64 <= chunk <= 16384 and chunk & (chunk - 1) == 0):
+        raise ValueError(f"chunk must be a power of 2 in [64, 16384], got {chunk}")
+    if not (1 <= sub_block <= chunk and sub_block & (sub_block - 1) == 0):
+        raise ValueError(f"sub_block must be a power of 2 dividing chunk = {chunk}, got {sub_block}")
+    if cap < k:
+        raise ValueError(f"cap must be >= k = {k}, got {cap}")
+    if V >= 2**31:
+        raise ValueError(f"V = {V}: ids must fit in 31 bits")
+    NCH = triton.cdiv(V, chunk)
+    NSB = NCH * (chunk // sub_block)
+    if NSB >= 65536:
+        raise ValueError(f"{NSB} sub-blocks per row: use a larger sub_block (the counts are 16-bit)")
+    w32 = x.dtype == torch.float32
+    KP = max(16, triton.next_power_of_2(k))
+    GS = max(triton.next_power_of_2(k), triton.next_power_of_2(triton.cdiv(KP, sub_block)))
+    CAPP = max(KP, triton.next_power_of_2(cap))
+    dev = x.device
+    x = x.contiguous()
+    pm = torch.empty((R, NCH), dtype=torch.float32, device=dev)
+    ps = torch.empty_like(pm)
+    sbm = torch.empty((R, NSB), dtype=torch.int64 if w32 else torch.int32, device=dev)
+    gsc = torch.empty((R, GS), dtype=torch.int32, device=dev)
+    csc = torch.empty((R, cap), dtype=torch.int64, device=dev)
+    lse = torch.empty((R,), dtype=torch.float32, device=dev)
+    lp = torch.empty((R, k), dtype=torch.float32, device=dev)
+    ids = torch.empty((R, k), dtype=torch.int64, device=dev)
+    if R == 0:
+        return lp, ids, lse
+    pass_a = _sk_pass_a32 if w32 else _bd_pass_a
+    pass_a[(R, NCH)](x, pm, ps, sbm, NCH, V=V, CH=chunk, SB=sub_block, num_warps=8)
+    _sk_select[(R,)](x, pm, ps, sbm, gsc, csc, lse, lp, ids, k, NCH, NSB, cap, V=V, SB=sub_block,
+                     W32=w32, NCHP=max(16, triton.next_power_of_2(NCH)),
+                     NSBP=max(16, triton.next_power_of_2(NSB)), GS=GS, CAPP=CAPP, KP=KP,
+                     ROUNDS=14 if w32 else 8, num_warps=8)
+    return lp, ids, lse

@@ -67,10 +67,29 @@ DEFAULT_BEAM: Optional[str] = None
 # Measured crossovers (bench/RESULTS.md, H200 run 2026-11-30 06:50, V = 151,936, L = 15, K = N).
 _CHUNKED_PREP_MAX_ROWS = 120  # chunked vs row prep (measured on bf16): 2.3x at 15 rows, 1.15x
                               # at 120, 0.95x at 960
+_PREPS = ("row", "chunked", "radix", "bound", "small")  # draft_topk's prep values
+SMALL_PREP_MAX_K = 32  # ddtree_prep.SMALL_K_MAX: the largest K of the "small" prep
 
 
 def prefer_prep(rows: int, dtype: Optional[torch.dtype] = None, k: Optional[int] = None) -> str:
     """Triton prep variant for ``rows`` = bs * L logit rows of ``dtype`` and top-K ``k``.
+
+    "small" for K <= 32 (``SMALL_PREP_MAX_K``) and any of bf16 / fp16 / fp32: each logit read
+    once, one program per row for the rest (H200, V = 151,936, L = 15, K 8 / 16 / 32, flat and
+    peaked logits, bench/RESULTS.md 2026-12-03, one run): bf16 22.5-25.6 us against bound's
+    27.7-29.9 at bs 1, 41.3-43.7 against 85.3-87.5 at bs 8, 258-270 against 585-596 at bs 64
+    (fp16 alike); fp32 31.9-32.4 / 59.2-61.2 / 352-363 us against chunked's 147-151 / 632-637 and
+    row's 3,168-3,174 at bs 64. Otherwise ``_prefer_prep_large_k``.
+    """
+    if DEFAULT_PREP is not None:
+        return DEFAULT_PREP
+    if k is not None and k <= SMALL_PREP_MAX_K:
+        return "small"
+    return _prefer_prep_large_k(rows, dtype)
+
+
+def _prefer_prep_large_k(rows: int, dtype: Optional[torch.dtype]) -> str:
+    """The prep for K > 32 (and for "small" asked with K > 32).
 
     "bound" for 16-bit floats (bf16, fp16) at every row count and K: the fastest measured (H200,
     V = 151,936, bench/RESULTS.md 2026-12-01 tenth session, one run each):
@@ -85,8 +104,6 @@ def prefer_prep(rows: int, dtype: Optional[torch.dtype] = None, k: Optional[int]
     32-bit logits: "chunked" (programs over (row, 4096-column chunk)) up to 120 rows, else "row"
     (fp32 peaked N 512 bs 1: 286.7 against 516.5 us; N 256 bs 64: 3,370 against 3,540).
     """
-    if DEFAULT_PREP is not None:
-        return DEFAULT_PREP
     if dtype in (torch.bfloat16, torch.float16):
         return "bound"
     return "chunked" if rows <= _CHUNKED_PREP_MAX_ROWS else "row"
@@ -245,8 +262,11 @@ def draft_topk(
         "chunked": ``ddtree_prep.topk_radix_triton``, an exact two-byte radix select with no
         ``torch.topk`` and no tie pass), or "bound" (bf16/fp16 only, else "chunked":
         ``ddtree_prep.topk_bound_triton``, sub-block maxima bound the K-th value and only the
-        candidates above it are sorted; one looping radix program per row redoes a row with too many); same ids, lse
-        equal up to float32 rounding ("radix" and "bound": bit-identical). None =
+        candidates above it are sorted; one looping radix program per row redoes a row with too many),
+        or "small" (K' <= 32, bf16/fp16/fp32, else the large-K choice ``_prefer_prep_large_k``:
+        ``ddtree_prep.topk_small_triton``, each logit read once, then one program per row gathers
+        the K' best sub-blocks and sorts their candidates); same ids, lse equal up to float32
+        rounding ("radix", "bound" and "small" on 16-bit logits: bit-identical). None =
         ``prefer_prep(bs * L, dtype, K)`` (the H200 winner, bench/RESULTS.md), as in ``build_ddtree``.
     """
     if draft_logits.dim() != 3:
@@ -258,8 +278,15 @@ def draft_topk(
         use_triton = x.device.type == "cuda"
     if prep is None:
         prep = prefer_prep(bs * L, x.dtype, k)
-    if prep not in ("row", "chunked", "radix", "bound"):
-        raise ValueError(f"prep must be 'row', 'chunked', 'radix' or 'bound', got {prep!r}")
+    if prep not in _PREPS:
+        raise ValueError(f"prep must be one of {', '.join(map(repr, _PREPS))}, got {prep!r}")
+    if prep == "small" and use_triton and topk_chunks <= 1 and k <= SMALL_PREP_MAX_K:
+        from sglang.kernels.ops.speculative.ddtree_prep import topk_small_triton
+
+        lp, ids, lse = topk_small_triton(x.reshape(bs * L, V), k)
+        return lp.view(bs, L, k), ids.view(bs, L, k), lse.view(bs, L)
+    if prep == "small":  # K > 32 (or no Triton): the large-K choice
+        prep = _prefer_prep_large_k(bs * L, x.dtype)
     if (prep in ("radix", "bound") and use_triton and topk_chunks <= 1
             and x.dtype in (torch.bfloat16, torch.float16)):
         from sglang.kernels.ops.speculative.ddtree_prep import topk_bound_triton, topk_radix_triton
