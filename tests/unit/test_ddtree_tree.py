@@ -224,8 +224,9 @@ def test_variant_choice_follows_the_h200_measurements():
     """prefer_prep / prefer_beam return the variants bench/RESULTS.md measured fastest: bound prep
     for bf16 and fp16 at every row count and K (radix lost at K 1024 too once the bound prep's
     final sort ran 16 warps; fp16 ran 2-3.7x slower on bf16's old fallback), chunked / row for
-    32-bit logits by row count, the small-K prep for K <= 32 at every dtype (2026-12-03: 1.1-2.3x
-    the bound prep, 4.6-9.5x chunked / row on fp32), and the pruned beam at every budget."""
+    32-bit logits by row count, the small-K prep for K <= 32 at every dtype (2026-12-03: 1.15-2.3x
+    the bound prep, 4.6-10.7x the old fp32 default chunked / row), and the pruned beam at every
+    budget."""
     from patchsets.ddtree.modules.ddtree_tree import prefer_beam, prefer_prep
 
     assert prefer_prep(15, torch.bfloat16, 512) == "bound"
