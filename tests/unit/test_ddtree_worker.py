@@ -169,6 +169,12 @@ def test_auto_is_refused_with_cuda_graphs_of_one_width():
         captured_req_width = 17
 
     Wk.check_schedule_without_graphs(None, None, AutoBudgetPlanner(3, 16))      # eager: fine
+    # refused at construction already, where the server's arguments say graphs will be captured
+    Wk.check_auto_without_graphs(AutoBudgetPlanner(3, 16), True)
+    Wk.check_auto_without_graphs(AutoBudgetPlanner(3, 16), None)                # unknown: left to the graphs
+    Wk.check_auto_without_graphs(None, False)                                   # no planner: fine
+    with pytest.raises(ValueError, match="auto chooses among budgets"):
+        Wk.check_auto_without_graphs(AutoBudgetPlanner(3, 16), False)
     with pytest.raises(ValueError, match=r"auto chooses among budgets \[chain, 3, 7, 15, 16\].*--disable-cuda-graph"):
         Wk.check_schedule_without_graphs(None, Runner(), AutoBudgetPlanner(3, 16))
 

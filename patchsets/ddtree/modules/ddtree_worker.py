@@ -92,6 +92,7 @@ __all__ = [
     "check_lm_head",
     "check_captured_verify_width",
     "check_schedule_without_graphs",
+    "check_auto_without_graphs",
     "draft_head_topk",
     "draft_head_logits",
     "DDTreeWorker",
@@ -198,14 +199,8 @@ def check_schedule_without_graphs(schedule: Optional[BudgetSchedule], graph_runn
     step verifies DFlash's block, another width). Raises ValueError."""
     if graph_runner is None:
         return
-    if planner is not None and len(planner.candidates) > 1:
-        shown = ", ".join("chain" if n == CHAIN else str(n) for n in planner.candidates)
-        raise ValueError(
-            f"DDTREE --speculative-ddtree-budget-schedule auto chooses among budgets [{shown}], "
-            "but the target's decode CUDA graphs are captured at one verify width in this "
-            "revision of the sglpatch ddtree patchset. Serve with --disable-cuda-graph, or give "
-            "a fixed --speculative-ddtree-budget without the schedule."
-        )
+    if planner is not None:
+        raise _auto_with_graphs(planner)
     if schedule is None:
         return
     widths = schedule.budgets()
@@ -217,6 +212,25 @@ def check_schedule_without_graphs(schedule: Optional[BudgetSchedule], graph_runn
             f"(budget {schedule.ceiling} + 1) in this revision of the sglpatch ddtree patchset. "
             "Serve with --disable-cuda-graph, or without the schedule."
         )
+
+
+def _auto_with_graphs(planner: AutoBudgetPlanner) -> ValueError:
+    shown = ", ".join("chain" if n == CHAIN else str(n) for n in planner.candidates)
+    return ValueError(
+        f"DDTREE --speculative-ddtree-budget-schedule auto chooses among budgets [{shown}], "
+        "but the target's decode CUDA graphs are captured at one verify width in this "
+        "revision of the sglpatch ddtree patchset. Serve with --disable-cuda-graph, or give "
+        "a fixed --speculative-ddtree-budget without the schedule."
+    )
+
+
+def check_auto_without_graphs(planner: Optional[AutoBudgetPlanner], disable_cuda_graph: Optional[bool]) -> None:
+    """The ``auto`` planner refused at the worker's construction — before the draft model, the
+    memory pools and the CUDA graphs — when the server will capture graphs
+    (``server_args.disable_cuda_graph`` False; None: unknown, left to ``init_cuda_graphs``'s
+    check of the captured graphs). Raises ValueError."""
+    if planner is not None and disable_cuda_graph is not None and not disable_cuda_graph:
+        raise _auto_with_graphs(planner)
 
 
 def draft_head_logits(hidden: torch.Tensor, weight: torch.Tensor, num_org: int) -> torch.Tensor:
@@ -328,6 +342,18 @@ class DDTreeWorker(_WorkerBase):  # type: ignore[misc,valid-type]
         from . import ddtree_info, ddtree_tree
 
         sizes = DDTreeSizes.from_spec(get_spec())
+        schedule_text = getattr(get_spec(), "speculative_ddtree_budget_schedule", None)
+        floor = max(1, sizes.block_size - 1)
+        planner: Optional[AutoBudgetPlanner] = None
+        if is_auto(schedule_text):  # refused here, before the draft model loads, where it cannot run
+            if sizes.budget < floor:
+                raise ValueError(
+                    f"DDTREE --speculative-ddtree-budget-schedule auto chooses budgets from block size "
+                    f"- 1 = {floor} up to --speculative-ddtree-budget, which is {sizes.budget}: give "
+                    f"--speculative-ddtree-budget {floor} or more (the widest tree it may verify)."
+                )
+            planner = AutoBudgetPlanner(floor, sizes.budget)
+            check_auto_without_graphs(planner, getattr(server_args, "disable_cuda_graph", None))
         # SGLang 0.5.23 builds this worker before the memory pools, the attention backends and the
         # CUDA graphs (Scheduler.init_model_worker): the target's backend is checked in
         # init_attention_backends, the captured verify width in init_cuda_graphs.
@@ -377,17 +403,7 @@ class DDTreeWorker(_WorkerBase):  # type: ignore[misc,valid-type]
         )
         self.ddtree_sizes = sizes
         self._ddtree_positions_buf: Optional[torch.Tensor] = None
-        schedule_text = getattr(get_spec(), "speculative_ddtree_budget_schedule", None)
-        floor = max(1, sizes.block_size - 1)
-        self.budget_planner: Optional[AutoBudgetPlanner] = None
-        if is_auto(schedule_text):
-            if sizes.budget < floor:
-                raise ValueError(
-                    f"DDTREE --speculative-ddtree-budget-schedule auto chooses budgets from block size "
-                    f"- 1 = {floor} up to --speculative-ddtree-budget, which is {sizes.budget}: give "
-                    f"--speculative-ddtree-budget {floor} or more (the widest tree it may verify)."
-                )
-            self.budget_planner = AutoBudgetPlanner(floor, sizes.budget)
+        self.budget_planner: Optional[AutoBudgetPlanner] = planner
         self.budget_schedule: Optional[BudgetSchedule] = (
             load_schedule(str(schedule_text), floor=floor, ceiling=sizes.budget)
             if schedule_text and self.budget_planner is None
