@@ -12,6 +12,7 @@ from . import (catalog, deploy, service_apply, service_bench, service_check, ser
 from .cli_app import AppContext, cli, pass_app
 from .errors import ConfigError, DriftError
 from .inventory import default_inventory_path
+from .serve.profile import bench_budgets
 
 
 @cli.command("hosts")
@@ -282,26 +283,31 @@ def check_cmd(app: AppContext, host_name: str, level: int | None, prompts: Path 
         raise CheckFailedError(said, hint="the failed checks' details above say why")
 
 
-def _ints(text: str | None) -> list[int] | None:
+def _ints(text: str | None, option: str = "--concurrency") -> list[int] | None:
     if text is None:
         return None
     try:
         vals = [int(x) for x in text.split(",") if x.strip()]
     except ValueError:
-        raise click.BadParameter(f"{text!r}: give numbers separated by commas, e.g. 1,4,16") from None
+        raise click.BadParameter(f"{text!r}: give numbers separated by commas, e.g. 1,4,16",
+                                 param_hint=option) from None
     if not vals or any(v < 1 for v in vals):
-        raise click.BadParameter(f"{text!r}: give numbers >= 1 separated by commas")
+        raise click.BadParameter(f"{text!r}: give numbers >= 1 separated by commas", param_hint=option)
     return vals
 
 
 def _budgets(text: str | None) -> list[int | str] | None:
-    """``--budgets``: whole numbers >= 1 and ``auto``, separated by commas."""
+    """``--budgets``: whole numbers >= 1 and ``auto``, each once, separated by commas."""
     if text is None:
         return None
-    parts = [x.strip().lower() for x in text.split(",") if x.strip()]
-    if not parts or not all(p == "auto" or (p.isdigit() and int(p) >= 1) for p in parts):
-        raise click.BadParameter(f"{text!r}: give budgets >= 1 or auto, separated by commas, e.g. 16,64,auto")
-    return [p if p == "auto" else int(p) for p in parts]
+    parts = [x.strip() for x in text.split(",")]
+    try:
+        if not text.strip() or "" in parts:
+            raise ValueError("an empty entry")
+        return bench_budgets(parts)
+    except ValueError as exc:
+        raise click.BadParameter(f"{text!r}: {exc}; separate them by commas, e.g. 16,64,auto",
+                                 param_hint="--budgets") from None
 
 
 @cli.command("bench")
@@ -340,6 +346,9 @@ def bench_cmd(app: AppContext, host_name: str, concurrency: str | None, budgets:
     arm_list = [a.strip() for a in arms.split(",") if a.strip()]
     if sweep:
         arm_list = ["DFLASH", "DDTREE"]
+    if budgets is not None and "DDTREE" not in arm_list:
+        raise click.BadParameter(f"--budgets {budgets} measures DDTREE, which --arms {arms} leaves out",
+                                 param_hint="--budgets")
     run = service_bench.bench_host(host, arms=arm_list, concurrency=_ints(concurrency), budgets=_budgets(budgets),
                              requests=requests, max_new_tokens=max_new_tokens, prompts=prompts,
                              rounds=rounds, compare=compare, plot_path=plot_path, sweep=sweep,

@@ -13,6 +13,8 @@ from .patchset import load_patchset
 from .patchset_identity import check_not_an_impostor, check_port_finished
 from .progress import SILENT, Meter
 from .serve.gate import Gate
+from .serve.schedule_support import refuse_unservable_schedule
+from .service_sweep import deployed_features
 from .serve.server import check_model_paths
 from .service import Log, quiet, session, step_progress
 from .service_bench import bench_host
@@ -37,6 +39,9 @@ def apply_patchset(name: str, host: Host, *, dry_run: bool = False, force: bool 
     gates = list(gates)
     for gate in gates:      # a gate the host cannot run is refused before anything is written
         _gate_possible(host, gate)
+    if any(_gate_starts_servers(g) for g in gates) and host.serve is not None:
+        refuse_unservable_schedule(host, host.serve, host.serve.ddtree.budget_schedule,
+                                   features=deployed_features(ps.name, ps.revision), carried=f"{ps.name} r{ps.revision}")
     with session(host) as (transport, info):
         if any(_gate_starts_servers(g) for g in gates) and host.serve is not None:
             check_model_paths(transport, host, host.serve)   # a gate that cannot start: said before the push

@@ -11,8 +11,8 @@ from .errors import ConfigError
 from .inventory import Host
 from .serve.bench import Arm as BenchArm, BenchRun, last_comparable, plot, run_bench, store
 from .serve.check import load_prompts
-from .patchset import BUDGET_AUTO
 from .serve.schedule import AUTO, is_auto
+from .serve.schedule_support import refuse_unservable_schedule
 from .serve.server import check_model_paths
 from .service import Log, quiet, session
 from .service_sweep import deployed_features, write_sweep
@@ -60,20 +60,17 @@ def bench_host(host: Host, *, arms: Sequence[str] = ("none", "DFLASH", "DDTREE")
     if "DDTREE" in arms:
         arm_list += [BenchArm("DDTREE", profile.ddtree.budget, profile.ddtree.topk, AUTO) if is_auto(b)
                      else BenchArm("DDTREE", int(b), profile.ddtree.topk) for b in bud]
-    auto = any(a.schedule == AUTO for a in arm_list)
-    if auto and "--disable-cuda-graph" not in profile.args:
-        raise ConfigError(f"host {host.name}: DDTREE auto needs --disable-cuda-graph in serve.args "
-                          "(this ddtree revision captures the target's CUDA graphs at one width)",
-                          hint="add --disable-cuda-graph to the profile's args, or bench fixed budgets")
+    schedules = sorted({a.schedule for a in arm_list if a.schedule})
+    for sched in schedules:     # the profile's side (CUDA graphs) before any connection
+        refuse_unservable_schedule(host, profile, sched, features=None)
     texts = load_prompts(prompts)
     with session(host) as (transport, info):
         check_model_paths(transport, host, profile, draft=any(a != "none" for a in arms))
         active = deploy.host_status(transport, host, info, None).active
         ps = (str(active[-1]["patchset"]), int(active[-1]["revision"])) if active else None
-        if auto and BUDGET_AUTO not in deployed_features(*(ps or (None, None))):
-            carried = f"{ps[0]} r{ps[1]}" if ps else "no sglpatch deployment"
-            raise ConfigError(f"host {host.name} carries {carried}: its DDTREE has no auto budget planner",
-                              hint="apply ddtree (revision 7 or later) first, or bench fixed budgets")
+        for sched in schedules:
+            refuse_unservable_schedule(host, profile, sched, features=deployed_features(*(ps or (None, None))),
+                                       carried=f"{ps[0]} r{ps[1]}" if ps else "no sglpatch deployment")
         run = run_bench(transport, host, info, arm_list, conc, texts,
                         requests=requests or cfg.requests, max_new_tokens=max_new_tokens or cfg.max_new_tokens,
                         rounds=rounds, patchset=ps, client=client, progress=log)

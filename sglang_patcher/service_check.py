@@ -12,6 +12,8 @@ from .errors import ConfigError
 from .inventory import Host
 from .patchset import load_patchset
 from .serve.check import CheckRun, load_prompts, run_serving_levels
+from .serve.schedule_support import refuse_unservable_schedule
+from .service_sweep import deployed_features
 from .serve.server import check_model_paths, list_servers, stop_server
 from .service import Log, quiet, session
 
@@ -26,7 +28,8 @@ def check_host(host: Host, *, level: int | None = None, prompts: str | Path | No
 
     ``level`` defaults to the highest the host's profile allows (3 with a draft model, 2 with a
     model, else 1). Raises ConfigError (a level the profile cannot run, a bad prompts file, a
-    profile's model path missing on the host), TransportError; a failed check is a result (``CheckRun.passed``), not an exception.
+    profile's model path missing on the host, a budget schedule the deployed revision or the
+    profile cannot serve: :mod:`.serve.schedule_support`), TransportError; a failed check is a result (``CheckRun.passed``), not an exception.
     """
     most = host.serve.max_level() if host.serve is not None else 1
     level = most if level is None else level
@@ -47,6 +50,10 @@ def check_host(host: Host, *, level: int | None = None, prompts: str | Path | No
         active = deploy.host_status(transport, host, info, None).active
         if level >= 2 and active and host.serve is not None:   # a missing model is said before any check runs
             check_model_paths(transport, host, host.serve)
+            last = active[-1]
+            refuse_unservable_schedule(host, host.serve, host.serve.ddtree.budget_schedule,
+                                       features=deployed_features(str(last["patchset"]), int(last["revision"])),
+                                       carried=f"{last['patchset']} r{last['revision']}")
         if active:
             last = active[-1]
             ps = load_patchset(f"{last['patchset']}@{last['revision']}")

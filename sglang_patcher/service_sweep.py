@@ -12,7 +12,7 @@ from .inventory_edit import set_host_value
 from .patchset import BUDGET_SCHEDULE, BUDGET_SCHEDULE_CHAIN, load_patchset
 from .serve.bench import BenchRun, choose_schedule
 from .serve.profile import ServeProfile
-from .serve.schedule import CHAIN, schedule_text
+from .serve.schedule import CHAIN, is_auto, schedule_text
 
 __all__ = ["deployed_features", "write_sweep"]
 
@@ -48,6 +48,10 @@ def write_sweep(run: BenchRun, host: Host, profile: ServeProfile, inventory_path
         carried = f"{run.patchset} r{run.revision}" if run.patchset else "no sglpatch deployment"
         run.schedule_written = (f"not written to {host.name}'s profile: the host carries {carried}, "
                                 "which takes no budget schedule")
+        return
+    if is_auto(profile.ddtree.budget_schedule):
+        run.schedule_written = (f"not written to {host.name}'s profile: it asks for auto (the server's own "
+                                "planner); set serve.ddtree.budget_schedule to this table yourself to replace it")
         return
     if "--disable-cuda-graph" not in profile.args:
         run.schedule_written = (f"not written to {host.name}'s profile: this ddtree revision applies a "

@@ -67,6 +67,22 @@ class DDTreeSettings(BaseModel):
         return out
 
 
+def bench_budgets(values: list[object]) -> list[int | str]:
+    """DDTREE budgets to bench: whole numbers >= 1 and ``auto`` (the server's own planner), each
+    once, in the given order; ``"16"`` and ``"Auto"`` are read as 16 and ``auto``. Raises ValueError
+    naming the bad value."""
+    out: list[int | str] = []
+    for v in values:
+        text = str(v).strip().lower()
+        if isinstance(v, bool) or not (text == AUTO or (text.isdigit() and int(text) >= 1)):
+            raise ValueError(f"{v!r} is not a budget (whole numbers >= 1 or auto)")
+        item: int | str = AUTO if text == AUTO else int(text)
+        if item in out:
+            raise ValueError(f"{item} is given twice")
+        out.append(item)
+    return out
+
+
 class BenchSettings(BaseModel):
     """What ``sglpatch bench`` sends by default (each can be overridden on the command line)."""
 
@@ -75,14 +91,22 @@ class BenchSettings(BaseModel):
     concurrency: list[int] = Field(default_factory=lambda: [1, 4, 16, 64])
     requests: int = Field(default=64, ge=1)           # per concurrency level and arm
     max_new_tokens: int = Field(default=256, ge=1)
-    budgets: list[int] = Field(default_factory=list)  # DDTREE budgets to measure (default: ddtree.budget)
+    # DDTREE budgets to measure (default: ddtree.budget); auto: the server's own planner (r7 on)
+    budgets: list[int | str] = Field(default_factory=list)
 
-    @field_validator("concurrency", "budgets")
+    @field_validator("concurrency")
     @classmethod
     def _positive(cls, v: list[int]) -> list[int]:
         if any(x < 1 for x in v):
             raise ValueError("values must be >= 1")
         return v
+
+    @field_validator("budgets", mode="before")
+    @classmethod
+    def _budgets(cls, v: object) -> list[int | str]:
+        if not isinstance(v, list):
+            raise ValueError("budgets is a list, e.g. [16, 64, auto]")
+        return bench_budgets(v)
 
 
 class ServeProfile(BaseModel):

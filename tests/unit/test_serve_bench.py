@@ -187,9 +187,21 @@ def test_bench_budgets_option_takes_numbers_and_auto():
     from sglang_patcher.cli_commands import _budgets
 
     assert _budgets("16, 64,AUTO") == [16, 64, "auto"] and _budgets(None) is None
-    for bad in ("", "0", "x", "16,,-1", "auto2"):
-        with pytest.raises(click.BadParameter, match="budgets >= 1 or auto"):
+    for bad, why in (("", "empty"), ("0", "'0' is not a budget"), ("x", "not a budget"), ("16,,8", "empty"),
+                     ("auto2", "not a budget"), ("16,16", "16 is given twice"), ("auto,Auto", "auto is given twice")):
+        with pytest.raises(click.BadParameter, match=why) as e:
             _budgets(bad)
+        assert e.value.param_hint == "--budgets" and "e.g. 16,64,auto" in e.value.message
+
+
+def test_profile_bench_budgets_take_auto_too():
+    from sglang_patcher.serve.profile import ServeProfile
+
+    p = ServeProfile(model="/m", bench={"budgets": [16, "Auto", "64"]})
+    assert p.bench.budgets == [16, "auto", 64]
+    for bad in ([0], [16, 16], ["auto2"], [True], "16"):
+        with pytest.raises(ValueError):
+            ServeProfile(model="/m", bench={"budgets": bad})
 
 
 def test_bench_auto_needs_a_profile_without_cuda_graphs_said_before_any_connection():
@@ -201,6 +213,6 @@ def test_bench_auto_needs_a_profile_without_cuda_graphs_said_before_any_connecti
 
     host = Host(name="gpu", hostname="gpu.invalid", python="/usr/bin/python3",
                 serve={"model": "/m", "draft_model": "/d", "args": ["--mem-fraction-static", "0.8"]})
-    with pytest.raises(ConfigError, match="gpu: DDTREE auto needs --disable-cuda-graph") as e:
+    with pytest.raises(ConfigError, match="gpu: DDTREE budget schedule .auto. verifies at several widths") as e:
         bench_host(host, budgets=[8, "auto"], store_run=False)
-    assert "bench fixed budgets" in e.value.hint
+    assert "--disable-cuda-graph to serve.args of host gpu" in e.value.hint

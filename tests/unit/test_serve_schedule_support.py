@@ -1,0 +1,57 @@
+"""Whether a host can serve a DDTREE budget schedule (sglang_patcher/serve/schedule_support.py):
+said as one configuration error naming the host and its inventory file, before any server starts."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from sglang_patcher.errors import ConfigError
+from sglang_patcher.inventory import Host
+from sglang_patcher.serve.schedule_support import refuse_unservable_schedule
+
+R3 = {"budget_schedule"}
+R4 = R3 | {"budget_schedule_chain"}
+R7 = R4 | {"budget_auto"}
+
+
+def host(args=("--disable-cuda-graph",), budget=16) -> Host:
+    return Host(name="gpu", hostname="gpu.invalid", python="/usr/bin/python3",
+                serve={"model": "/m", "draft_model": "/d", "args": list(args), "ddtree": {"budget": budget}})
+
+
+def test_nothing_to_check_without_a_schedule():
+    h = host(args=())
+    refuse_unservable_schedule(h, h.serve, None, features=set(), carried="no sglpatch deployment")
+
+
+@pytest.mark.parametrize(("schedule", "features", "needs"), [
+    ("auto", R4, "auto budget planner (ddtree revision 7 on)"),
+    ("1:16,8:chain", R3, "chain entries in a budget schedule (ddtree revision 4 on)"),
+    ("1:16,8:4", set(), "a budget schedule (ddtree revision 3 on)"),
+])
+def test_a_revision_without_the_feature_is_named(schedule, features, needs):
+    h = host()
+    with pytest.raises(ConfigError, match=re.escape(f"host gpu carries ddtree r2, which has no {needs}")) as e:
+        refuse_unservable_schedule(h, h.serve, schedule, features=features, carried="ddtree r2")
+    assert "apply a newer ddtree revision" in e.value.hint and "host gpu" in e.value.hint
+    refuse_unservable_schedule(h, h.serve, schedule, features=R7, carried="ddtree r7")
+    refuse_unservable_schedule(h, h.serve, schedule, features=None)       # revision not known yet
+
+
+@pytest.mark.parametrize("schedule", ["auto", "1:16,8:chain", "1:16,8:4", "1:32,8:16"])
+def test_several_widths_need_the_profile_without_cuda_graphs(schedule):
+    h = host(args=("--mem-fraction-static", "0.8"), budget=64)
+    with pytest.raises(ConfigError, match="verifies at several widths") as e:
+        refuse_unservable_schedule(h, h.serve, schedule, features=R7, carried="ddtree r7")
+    assert "--disable-cuda-graph to serve.args of host gpu" in e.value.hint
+
+
+def test_one_width_after_clamping_keeps_cuda_graphs():
+    """Every tree budget is clamped to the server's budget: 1:32,8:16 at budget 16 is one width."""
+    h = host(args=(), budget=16)
+    refuse_unservable_schedule(h, h.serve, "1:32,8:16", features=R7, carried="ddtree r7")
+    refuse_unservable_schedule(h, h.serve, "1:16", features=R7, carried="ddtree r7")
+    with pytest.raises(ConfigError):
+        refuse_unservable_schedule(h, h.serve, "1:32,8:16", features=R7, carried="ddtree r7", budget=64)
