@@ -197,3 +197,33 @@ def test_a_loading_servers_lines_are_shown_whole_and_without_escape_codes_stand_
     shown = out.getvalue()
     assert max(len(line) for line in shown.splitlines()) <= 80
     assert "[/dim] [rank0]: the end of a long line" in " ".join(shown.split()), shown    # wrapped, not cut
+
+
+def test_a_schedule_the_deployed_revision_cannot_serve_is_refused_before_any_server(capsys, tmp_path,
+                                                                                    sglpatch_home, local_target):
+    """A profile asking for ``budget_schedule: auto`` on a host that carries ddtree r6 (no planner):
+    ``check`` and ``bench`` say so as one configuration error (exit 2) before any server starts, a
+    gate of an apply of r6 before anything is pushed; and a profile that keeps CUDA graphs is
+    refused for r7 too (several verify widths)."""
+    models = tmp_path / "models"
+    (models / "m").mkdir(parents=True)
+    serve = {"model": str(models / "m"), "draft_model": str(models / "m"), "args": ["--disable-cuda-graph"],
+             "ddtree": {"budget": 16, "budget_schedule": "auto"}, "start_timeout": 60}
+    h = _hosts(tmp_path, local_target, serve=serve)
+    servers = local_target.site_packages / ".sglpatch" / "servers"
+    code, data, err = run_json(capsys, *h, "apply", "ddtree@6", "--host", "here", "--yes", "--gate", "check:2")
+    assert code == 2 and "carries ddtree r6, which has no auto budget planner" in data["error"], data
+    assert str(tmp_path / "hosts.yaml") in data["hint"], data
+    assert run_json(capsys, *h, "status", "--host", "here")[1]["overall"] == "pristine"   # nothing pushed
+    assert run_json(capsys, *h, "apply", "ddtree@6", "--host", "here", "--yes")[0] == 0
+    code, data, err = run_json(capsys, *h, "check", "--host", "here", "--level", "2")
+    assert code == 2 and "carries ddtree r6, which has no auto budget planner" in data["error"], data
+    code, data, err = run_json(capsys, *h, "bench", "--host", "here", "--budgets", "16,auto")
+    assert code == 2 and "carries ddtree r6, which has no auto budget planner" in data["error"], data
+    assert not servers.exists() or not any(servers.iterdir()), "a server was started"
+    # CUDA graphs kept: refused for r7 too, before the push
+    graphs = dict(serve, args=[])
+    h2 = _hosts(tmp_path, local_target, serve=graphs)
+    code, data, err = run_json(capsys, *h2, "apply", "ddtree", "--host", "here", "--yes", "--gate", "check:2")
+    assert code == 2 and "verifies at several widths" in data["error"] and "--disable-cuda-graph" in data["hint"], data
+    assert run_json(capsys, *h2, "status", "--host", "here")[1]["overall"] != "pristine"   # r6 still there
