@@ -62,6 +62,7 @@ needs it is reported ``skipped`` with ``missing module <name>``: never ``passed`
 from __future__ import annotations
 
 import contextlib
+import importlib
 import io
 import json
 import logging
@@ -248,6 +249,28 @@ def check_budget_zero(mods):
                            "--speculative-ddtree-budget")
 
 
+def check_schedules_accepted(mods):
+    """A budget schedule table (with a chain entry) and ``auto`` pass validation; the module the
+    schedule argument names (``ddtree_budget``) imports and reads them as the worker will."""
+    base = ["--speculative-ddtree-budget", "16", "--speculative-ddtree-budget-schedule"]
+    for schedule in ("1:16,4:8,16:chain", "auto"):
+        sa = _validate(base + [schedule], DENSE_ARCH)
+        if sa.speculative_ddtree_budget_schedule != schedule:
+            raise CheckFailed(f"--speculative-ddtree-budget-schedule {schedule} parsed as "
+                              f"{sa.speculative_ddtree_budget_schedule!r}")
+    budget = importlib.import_module("sglang.srt.speculative.ddtree_budget")
+    table = budget.load_schedule("1:16,4:8,16:chain", floor=3, ceiling=16)
+    if [table.budget_for(b) for b in (1, 4, 16)] != [16, 8, budget.CHAIN] or not budget.is_auto("auto"):
+        raise CheckFailed(f"ddtree_budget reads the table as {table.text()!r}")
+    planner = budget.AutoBudgetPlanner(3, 16)
+    return f"1:16,4:8,16:chain and auto accepted; auto chooses among {list(planner.candidates)} (0 = chain)"
+
+
+def check_schedule_refused(mods):
+    return _expect_refusal(["--speculative-ddtree-budget-schedule", "1:0"], DENSE_ARCH,
+                           "--speculative-ddtree-budget-schedule", "write 'chain'")
+
+
 def check_hybrid_refused(mods):
     return _expect_refusal([], HYBRID_ARCH, HYBRID_ARCH, "--speculative-ddtree-allow-hybrid-unsafe")
 
@@ -418,6 +441,8 @@ CHECKS = (
     ("ddtree server-arg flags", check_flags),
     ("validation accepts a valid DDTREE config", check_valid),
     ("validation refuses budget 0", check_budget_zero),
+    ("validation accepts a budget schedule and auto", check_schedules_accepted),
+    ("validation refuses a bad budget schedule", check_schedule_refused),
     ("validation refuses a hybrid target without the override", check_hybrid_refused),
     ("validation accepts a hybrid target with the override", check_hybrid_override),
     ("validation refuses a hybrid SWA target", check_swa_refused),
