@@ -88,7 +88,7 @@ CASES = [
                        V=C, KP=C), dict(V=151936, KP=512), 4),
     # bound prep
     (KP._bd_pass_a, dict(x_ptr="*bf16", pm_ptr=F32, ps_ptr=F32, sbm_ptr="*i32", NCH="i32", V=C, CH=C,
-                        SB=C), dict(V=151936, CH=4096, SB=64), 8),
+                        SB=C, W32=C), dict(V=151936, CH=4096, SB=64, W32=False), 8),
     (KP._bd_combine_a, dict(pm_ptr=F32, ps_ptr=F32, sbm_ptr="*i32", lse_ptr=F32, thr_ptr="*i32",
                            cnt_ptr="*i32", K="i32", NCH="i32", NSB="i32", NCHP=C, NSBP=C, ROUNDS=C),
      dict(NCHP=64, NSBP=4096, ROUNDS=8), 8),
@@ -100,9 +100,9 @@ CASES = [
     (KP._bd_fallback, dict(x_ptr="*bf16", cnt_ptr="*i32", key_ptr=I64, lse_ptr=F32, lp_ptr=F32,
                           ids_ptr=I64, K="i32", CAP="i32", NCH="i32", V=C, CH=C, KP=C),
      dict(V=151936, CH=4096, KP=512), 8),
-    # small-K prep: pass A for fp32 (16-bit logits use _bd_pass_a), the row select for both images
-    (KP._sk_pass_a32, dict(x_ptr=F32, pm_ptr=F32, ps_ptr=F32, sbm_ptr=I64, NCH="i32", V=C, CH=C, SB=C),
-     dict(V=151936, CH=4096, SB=64), 8),
+    # small-K prep: pass A for fp32 (_bd_pass_a's 32-bit image), the row select for both images
+    (KP._bd_pass_a, dict(x_ptr=F32, pm_ptr=F32, ps_ptr=F32, sbm_ptr=I64, NCH="i32", V=C, CH=C, SB=C, W32=C),
+     dict(V=151936, CH=4096, SB=64, W32=True), 8),
     *[(KP._sk_select, dict(x_ptr=xt, pm_ptr=F32, ps_ptr=F32, sbm_ptr=st, gsc_ptr="*i32", csc_ptr=I64,
                            lse_ptr=F32, lp_ptr=F32, ids_ptr=I64, K="i32", NCH="i32", NSB="i32", CAP="i32",
                            V=C, SB=C, W32=C, NCHP=C, NSBP=C, GS=C, CAPP=C, KP=C, ROUNDS=C),

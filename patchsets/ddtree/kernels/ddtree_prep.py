@@ -255,6 +255,15 @@ def _ord16(x):
 
 
 @triton.jit
+def _ord32(x):
+    """Order-preserving unsigned image of a float32 (int64 in [0, 2**32 - 1]); -0.0 == +0.0;
+    +NaN above +inf, as ``_ord16`` ranks a 16-bit NaN."""
+    u = x.to(tl.int32, bitcast=True).to(tl.int64) & 4294967295
+    u = tl.where(u == 2147483648, 0, u)
+    return tl.where(u >= 2147483648, 4294967295 - u, u + 2147483648)
+
+
+@triton.jit
 def _kth_bin(h, K):
     """From a 256-bin histogram h ([256] int32): the bin b of the K-th largest element (the
     largest b with #(elements in bins >= b) >= K; -1 when fewer than K) and #(elements in bins
@@ -499,9 +508,11 @@ def _radix_into(x, k, chunk, programs_per_row, lp, ids, lse):
 
 
 @triton.jit
-def _bd_pass_a(x_ptr, pm_ptr, ps_ptr, sbm_ptr, NCH, V: tl.constexpr, CH: tl.constexpr, SB: tl.constexpr):
+def _bd_pass_a(x_ptr, pm_ptr, ps_ptr, sbm_ptr, NCH, V: tl.constexpr, CH: tl.constexpr, SB: tl.constexpr,
+               W32: tl.constexpr = False):
     """Grid (R, NCH). Per chunk: pm / ps as ``_rk_pass_a`` ([R, NCH] f32), and the ord16 maximum
-    of each SB-element sub-block (sbm [R, NCH * CH / SB] int32, -1 where it holds no element)."""
+    of each SB-element sub-block (sbm [R, NCH * CH / SB] int32, -1 where it holds no element);
+    with ``W32`` (float32 logits, the small-K prep) the ``_ord32`` maximum, sbm int64."""
     row = tl.program_id(0).to(tl.int64)
     ch = tl.program_id(1)
     offs = ch * CH + tl.arange(0, CH)
@@ -510,7 +521,10 @@ def _bd_pass_a(x_ptr, pm_ptr, ps_ptr, sbm_ptr, NCH, V: tl.constexpr, CH: tl.cons
     cm, cs = _chunk_lse_partials(x)
     tl.store(pm_ptr + row * NCH + ch, cm)
     tl.store(ps_ptr + row * NCH + ch, cs)
-    o = tl.where(m, _ord16(x), -1)
+    if W32:
+        o = tl.where(m, _ord32(x), -1)
+    else:
+        o = tl.where(m, _ord16(x), -1)
     sb = tl.max(tl.reshape(o, [CH // SB, SB]), axis=1)
     tl.store(sbm_ptr + (row * NCH + ch) * (CH // SB) + tl.arange(0, CH // SB), sb)
 
@@ -678,7 +692,7 @@ def topk_bound_triton(x: torch.Tensor, k: int, chunk: int = 4096, sub_block: int
 
 # ----------------------------------------------------------------------------------------------
 # Small-K prep (draft_topk(..., prep="small"), K <= 32): each logit is read once. Pass A is the
-# bound prep's (16-bit) or its float32 twin ``_sk_pass_a32``: per (row, chunk) program the
+# bound prep's (16-bit) or its float32 twin ``_bd_pass_a`` with ``W32``: per (row, chunk) program the
 # log-sum-exp partials and the order-image maximum of every SB-element sub-block. Then ONE
 # program per row (``_sk_select``) does the rest, reading ~K * SB more elements:
 # - the row's K best sub-blocks under (maximum desc, sub-block index asc). They hold the row's
@@ -696,32 +710,6 @@ def topk_bound_triton(x: torch.Tensor, k: int, chunk: int = 4096, sub_block: int
 # ----------------------------------------------------------------------------------------------
 
 SMALL_K_MAX = 32  # the largest K that ``topk_small_triton`` takes (its gather holds K sub-blocks)
-
-
-@triton.jit
-def _ord32(x):
-    """Order-preserving unsigned image of a float32 (int64 in [0, 2**32 - 1]); -0.0 == +0.0;
-    +NaN above +inf, as ``_ord16`` ranks a 16-bit NaN."""
-    u = x.to(tl.int32, bitcast=True).to(tl.int64) & 4294967295
-    u = tl.where(u == 2147483648, 0, u)
-    return tl.where(u >= 2147483648, 4294967295 - u, u + 2147483648)
-
-
-@triton.jit
-def _sk_pass_a32(x_ptr, pm_ptr, ps_ptr, sbm_ptr, NCH, V: tl.constexpr, CH: tl.constexpr, SB: tl.constexpr):
-    """Grid (R, NCH), float32 logits: ``_bd_pass_a`` with the 32-bit image (sbm [R, NCH * CH / SB]
-    int64, -1 where a sub-block holds no element; pm / ps [R, NCH] f32 as ``_chunk_lse_partials``)."""
-    row = tl.program_id(0).to(tl.int64)
-    ch = tl.program_id(1)
-    offs = ch * CH + tl.arange(0, CH)
-    m = offs < V
-    x = tl.load(x_ptr + row * V + offs, mask=m, other=float("-inf"))
-    cm, cs = _chunk_lse_partials(x)
-    tl.store(pm_ptr + row * NCH + ch, cm)
-    tl.store(ps_ptr + row * NCH + ch, cs)
-    o = tl.where(m, _ord32(x), -1)
-    sb = tl.max(tl.reshape(o, [CH // SB, SB]), axis=1)
-    tl.store(sbm_ptr + (row * NCH + ch) * (CH // SB) + tl.arange(0, CH // SB), sb)
 
 
 @triton.jit
@@ -846,8 +834,7 @@ def topk_small_triton(x: torch.Tensor, k: int, chunk: int = 4096, sub_block: int
     ids = torch.empty((R, k), dtype=torch.int64, device=dev)
     if R == 0:
         return lp, ids, lse
-    pass_a = _sk_pass_a32 if w32 else _bd_pass_a
-    pass_a[(R, NCH)](x, pm, ps, sbm, NCH, V=V, CH=chunk, SB=sub_block, num_warps=8)
+    _bd_pass_a[(R, NCH)](x, pm, ps, sbm, NCH, V=V, CH=chunk, SB=sub_block, W32=w32, num_warps=8)
     _sk_select[(R,)](x, pm, ps, sbm, gsc, csc, lse, lp, ids, k, NCH, NSB, cap, V=V, SB=sub_block,
                      W32=w32, NCHP=max(16, triton.next_power_of_2(NCH)),
                      NSBP=max(16, triton.next_power_of_2(NSB)), GS=GS, CAPP=CAPP, KP=KP,
