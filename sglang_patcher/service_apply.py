@@ -79,7 +79,9 @@ def apply_patchset(name: str, host: Host, *, dry_run: bool = False, force: bool 
             rollback(host, deployment=result.deployment_id, home=home, log=log)
             raise CheckFailedError(f"{host.name}: gate {gate} failed; deployment {result.deployment_id} "
                                    f"was rolled back\n{failure}",
-                                   hint=f"`sglpatch check --host {host.name}` reruns the checks")
+                                   hint=f"the host is as it was before this apply; to look at the failure "
+                                        f"deployed, apply {name} without the gate, then `sglpatch check "
+                                        f"--host {host.name}`")
         raise CheckFailedError(f"{host.name}: gate {gate} failed on a host that already carried this "
                                f"revision (nothing was deployed now, so nothing was rolled back)\n{failure}",
                                hint=f"`sglpatch rollback --host {host.name}` takes the revision off")

@@ -12,6 +12,7 @@ from rich.table import Table
 from rich.text import Text
 
 from . import deploy, mirror
+from .deploy.pristine import ABSENT
 from .errors import DriftError, SglpatchError
 from .inventory import Host
 from .patchset import Patchset, load_patchset
@@ -155,6 +156,10 @@ def diff_patchset(name: str, *, host: Host | None = None, version: str | None = 
         # apply's own plan (one more round trip; writes nothing): its rendering is the diff, its
         # hashes say what apply would find there
         plan = deploy.plan_apply(transport, host, info, ps, pristine=snap.mirror, home=home)
-        via = ", ".join(sorted(set(plan.pristine_sources.values())))
-        return DiffReport(ps, version, f"host {host.name} (pristine via {via})", plan.result,
+        sources = list(plan.pristine_sources.values())
+        via = " / ".join(sorted(set(sources) - {ABSENT})) or "nowhere"
+        new = sources.count(ABSENT)
+        return DiffReport(ps, version, f"host {host.name} (pristine bytes from the {via}; {new} file(s) "
+                          "the release does not have)" if new else f"host {host.name} (pristine bytes from the {via})",
+                          plan.result,
                           drifted=plan.drifted, host_plan=plan.kind)

@@ -24,6 +24,9 @@ if TYPE_CHECKING:
 # ``read(path) -> bytes | None``: a site-packages-relative path's bytes, None when absent
 Reader = Callable[[str], bytes | None]
 
+#: ``PristineSource.used``'s source for a file the release does not have (one a patchset adds)
+ABSENT = "absent from the release"
+
 
 def sha256_or_none(data: bytes | None) -> str | None:
     """The hex sha256 of ``data``; None for None (an absent file)."""
@@ -61,12 +64,12 @@ class PristineSource:
             # the patchset format lets ``pristine`` omit files the patchset creates: absent in the
             # release. (Patchset.render refuses a file that exists but has no pristine hash.)
             self._cache[path] = None
-            self.used[path] = "not in the release"
+            self.used[path] = ABSENT
             return None
         want = self.hashes[path]
         if want is None:
             self._cache[path] = None
-            self.used[path] = "not in the release"
+            self.used[path] = ABSENT
             return None
         tried = []
         for name, reader in self.readers:
