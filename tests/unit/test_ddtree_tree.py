@@ -241,4 +241,6 @@ def test_variant_choice_follows_the_h200_measurements():
     for rows, dtype in ((15, torch.bfloat16), (960, torch.float16), (120, torch.float32)):
         assert prefer_prep(rows, dtype, 32) == "small" and prefer_prep(rows, dtype, 1) == "small"
         assert prefer_prep(rows, dtype, 33) != "small"
+        # CPU tensors (Triton's interpreter, in tests): the large-K choice, ~50x faster there
+        assert prefer_prep(rows, dtype, 8, cuda=False) == prefer_prep(rows, dtype, 33)
     assert {prefer_beam(n) for n in (1, 16, 64, 512, 1024)} == {"prune"}

@@ -71,7 +71,8 @@ _PREPS = ("row", "chunked", "radix", "bound", "small")  # draft_topk's prep valu
 SMALL_PREP_MAX_K = 32  # ddtree_prep.SMALL_K_MAX: the largest K of the "small" prep
 
 
-def prefer_prep(rows: int, dtype: Optional[torch.dtype] = None, k: Optional[int] = None) -> str:
+def prefer_prep(rows: int, dtype: Optional[torch.dtype] = None, k: Optional[int] = None,
+                cuda: bool = True) -> str:
     """Triton prep variant for ``rows`` = bs * L logit rows of ``dtype`` and top-K ``k``.
 
     "small" for K <= 32 (``SMALL_PREP_MAX_K``) and any of bf16 / fp16 / fp32: each logit read
@@ -79,11 +80,14 @@ def prefer_prep(rows: int, dtype: Optional[torch.dtype] = None, k: Optional[int]
     peaked logits, bench/RESULTS.md 2026-12-03, one run): bf16 22.5-25.6 us against bound's
     27.7-29.9 at bs 1, 41.3-43.7 against 85.3-87.5 at bs 8, 258-270 against 585-596 at bs 64
     (fp16 alike); fp32 31.9-32.4 / 59.2-61.2 / 352-363 us against chunked's 147-151 / 632-637 and
-    row's 3,168-3,174 at bs 64. Otherwise ``_prefer_prep_large_k``.
+    row's 3,168-3,174 at bs 64. Otherwise ``_prefer_prep_large_k``. ``cuda`` False (CPU tensors:
+    Triton's interpreter, the tests' way to run the kernels) keeps the large-K choice: there the
+    small prep's per-row candidate sort takes ~50x the other preps (23 s against 0.5 s for
+    [3, 15, 40] logits at K 8), and its own tests cover it.
     """
     if DEFAULT_PREP is not None:
         return DEFAULT_PREP
-    if k is not None and k <= SMALL_PREP_MAX_K:
+    if cuda and k is not None and k <= SMALL_PREP_MAX_K:
         return "small"
     return _prefer_prep_large_k(rows, dtype)
 
@@ -277,7 +281,7 @@ def draft_topk(
     if use_triton is None:
         use_triton = x.device.type == "cuda"
     if prep is None:
-        prep = prefer_prep(bs * L, x.dtype, k)
+        prep = prefer_prep(bs * L, x.dtype, k, cuda=x.is_cuda)
     if prep not in _PREPS:
         raise ValueError(f"prep must be one of {', '.join(map(repr, _PREPS))}, got {prep!r}")
     if prep == "small" and use_triton and topk_chunks <= 1 and k <= SMALL_PREP_MAX_K:
@@ -491,7 +495,8 @@ def build_ddtree(
         topk_chunks = 1
     lp, ids, _ = draft_topk(draft_logits, topk, exact_ties, use_triton=use_triton,
                             topk_chunks=topk_chunks,
-                            prep=prefer_prep(bs * L, draft_logits.dtype, min(topk, V)) if prep is None else prep)
+                            prep=prefer_prep(bs * L, draft_logits.dtype, min(topk, V), cuda=draft_logits.is_cuda)
+                            if prep is None else prep)
     return build_ddtree_from_topk(lp, ids, root_tokens, N, request_budget, use_triton=use_triton,
                                   beam=beam)
 
