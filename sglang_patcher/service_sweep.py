@@ -9,10 +9,11 @@ from pathlib import Path
 from .errors import SglpatchError
 from .inventory import Host
 from .inventory_edit import set_host_value
-from .patchset import BUDGET_SCHEDULE, BUDGET_SCHEDULE_CHAIN, load_patchset
+from .patchset import BUDGET_SCHEDULE_CHAIN, load_patchset
 from .serve.bench import BenchRun, choose_schedule
 from .serve.profile import ServeProfile
 from .serve.schedule import CHAIN, is_auto, schedule_text
+from .serve.schedule_support import schedule_refusal
 
 __all__ = ["deployed_features", "write_sweep"]
 
@@ -32,9 +33,11 @@ def deployed_features(patchset: str | None, revision: int | None) -> frozenset[s
 def write_sweep(run: BenchRun, host: Host, profile: ServeProfile, inventory_path: Path | None) -> None:
     """Set ``run.schedule`` to the schedule chosen from ``run``'s rows ("" without DDTREE rows) and
     write it into ``inventory_path`` as ``hosts.<host>.serve.ddtree.budget_schedule`` (comments
-    kept; ``budget`` widened to the widest budget chosen) — where the revision deployed on the host
-    takes a schedule (``budget_schedule``; chain entries only with ``budget_schedule_chain``), the
-    profile serves with ``--disable-cuda-graph`` and the host comes from that file.
+    kept; ``budget`` widened to the widest budget chosen) — where the host could serve it
+    (:func:`~sglang_patcher.serve.schedule_support.schedule_refusal`: the deployed revision's
+    ``features``, chain entries only with ``budget_schedule_chain``; several widths only with
+    ``--disable-cuda-graph``), the profile does not ask for ``auto`` and the host comes from that
+    file.
     ``run.schedule_written`` says where it went, or why not. Raises InventoryError (the file does
     not take the value; it is left untouched)."""
     features = deployed_features(run.patchset, run.revision)
@@ -44,25 +47,21 @@ def write_sweep(run: BenchRun, host: Host, profile: ServeProfile, inventory_path
         run.schedule = ""
         return
     run.schedule = schedule_text(entries)
-    if BUDGET_SCHEDULE not in features:
-        carried = f"{run.patchset} r{run.revision}" if run.patchset else "no sglpatch deployment"
-        run.schedule_written = (f"not written to {host.name}'s profile: the host carries {carried}, "
-                                "which takes no budget schedule")
+    top = max([n for _, n in entries if n != CHAIN], default=0)
+    carried = f"{run.patchset} r{run.revision}" if run.patchset else "no sglpatch deployment"
+    # what check/bench/apply would refuse to serve is not written either
+    refusal = schedule_refusal(host, profile, run.schedule, features=features, carried=carried,
+                               budget=max(top, profile.ddtree.budget))
+    if refusal is not None:
+        run.schedule_written = f"not written to {host.name}'s profile: {refusal.reason}"
         return
     if is_auto(profile.ddtree.budget_schedule):
         run.schedule_written = (f"not written to {host.name}'s profile: it asks for auto (the server's own "
                                 "planner); set serve.ddtree.budget_schedule to this table yourself to replace it")
         return
-    if "--disable-cuda-graph" not in profile.args:
-        run.schedule_written = (f"not written to {host.name}'s profile: this ddtree revision applies a "
-                                "schedule of several budgets only with --disable-cuda-graph (its CUDA "
-                                "graphs are captured at one width); set serve.ddtree.budget_schedule "
-                                "yourself once it does")
-        return
     if inventory_path is None or not Path(inventory_path).is_file():
         run.schedule_written = f"not written: {host.name} comes from no inventory file"
         return
-    top = max([n for _, n in entries if n != CHAIN], default=0)
     set_host_value(Path(inventory_path), host.name, ["serve", "ddtree", "budget_schedule"], run.schedule)
     if top > profile.ddtree.budget:
         set_host_value(Path(inventory_path), host.name, ["serve", "ddtree", "budget"], top)

@@ -4,15 +4,18 @@ A profile's ``serve.ddtree.budget_schedule`` (or ``bench``'s ``auto`` arm) reach
 ``--speculative-ddtree-budget-schedule``. The server refuses what the deployed ddtree revision
 cannot run — a schedule before revision 3, ``chain`` entries before 4, ``auto`` before 7 — and, in
 every revision so far, a schedule of several verify widths (``auto`` and any ``chain`` entry
-included) while the target's CUDA graphs are captured (one width). It refuses late: after the
-server has parsed its arguments, or loaded the model. ``check``, ``bench`` and ``apply``'s gates
-ask :func:`refuse_unservable_schedule` first and stop with one configuration error (exit 2) that
-names the host, the file and the way out.
+included), or of one width other than the server budget's, while the target's CUDA graphs are
+captured (at the server budget's width). It refuses late: after the server has parsed its
+arguments, or loaded the model. ``check``, ``bench`` and ``apply``'s gates ask
+:func:`refuse_unservable_schedule` first and stop with one configuration error (exit 2) that names
+the host, the file and the way out; ``bench --sweep`` asks :func:`schedule_refusal` and does not
+write a table the host could not serve.
 """
 
 from __future__ import annotations
 
 from collections.abc import Collection
+from dataclasses import dataclass
 
 from ..errors import ConfigError
 from ..inventory import Host
@@ -20,24 +23,34 @@ from ..patchset import BUDGET_AUTO, BUDGET_SCHEDULE, BUDGET_SCHEDULE_CHAIN
 from .profile import ServeProfile
 from .schedule import CHAIN, is_auto, parse_entries
 
-__all__ = ["refuse_unservable_schedule"]
+__all__ = ["ScheduleRefusal", "refuse_unservable_schedule", "schedule_refusal"]
 
 
-def refuse_unservable_schedule(host: Host, profile: ServeProfile, schedule: str | None, *,
-                               features: Collection[str] | None, carried: str = "",
-                               budget: int | None = None) -> None:
-    """Raise ConfigError when DDTREE with ``schedule`` (the profile's, or a bench arm's ``"auto"``;
-    None: nothing to check) cannot be served on ``host``: the deployed revision (``features`` of
-    :data:`sglang_patcher.patchset.FEATURES`; ``carried`` says which, e.g. ``"ddtree r6"``; None:
-    not known yet, only the profile is checked) lacks what the schedule asks for, or the profile
-    keeps CUDA graphs for a schedule of several widths.
+@dataclass(frozen=True)
+class ScheduleRefusal:
+    """Why a host cannot serve a schedule: ``reason``, one sentence that names the host, and
+    ``hint``, the way out (both plain text)."""
+
+    reason: str
+    hint: str
+
+
+def schedule_refusal(host: Host, profile: ServeProfile, schedule: str | None, *,
+                     features: Collection[str] | None, carried: str = "",
+                     budget: int | None = None) -> ScheduleRefusal | None:
+    """Why DDTREE with ``schedule`` (the profile's, a bench arm's ``"auto"`` or a sweep's table;
+    None: nothing to check) cannot be served on ``host``, or None when it can: the deployed
+    revision (``features`` of :data:`sglang_patcher.patchset.FEATURES`; ``carried`` says which,
+    e.g. ``"ddtree r6"``; None: not known yet, only the profile is checked) lacks what the
+    schedule asks for, or the profile keeps CUDA graphs (captured at the server budget's verify
+    width) for a schedule of several widths or of another width.
     ``budget``: the server's --speculative-ddtree-budget (the profile's when None), which clamps
-    every tree budget of a table."""
+    every tree budget of a table. Raises ScheduleError (a table that does not parse)."""
     if schedule is None:
-        return
+        return None
     where = f"serve.ddtree.budget_schedule of host {host.name} in {host.inventory_file}"
     if is_auto(schedule):
-        need, what, several = BUDGET_AUTO, "auto budget planner (ddtree revision 7 on)", True
+        need, what, off_width = BUDGET_AUTO, "auto budget planner (ddtree revision 7 on)", "several widths"
     else:
         entries = parse_entries(schedule)
         top = profile.ddtree.budget if budget is None else budget
@@ -45,15 +58,29 @@ def refuse_unservable_schedule(host: Host, profile: ServeProfile, schedule: str 
         chain = CHAIN in widths
         need = BUDGET_SCHEDULE_CHAIN if chain else BUDGET_SCHEDULE
         what = ("chain entries in a budget schedule (ddtree revision 4 on)" if chain
-                else "a budget schedule (ddtree revision 3 on)")
-        several = len(widths) > 1
+                else "budget schedule (ddtree revision 3 on)")
+        # the graphs are captured at the server budget's width: a table must verify there only
+        off_width = ("several widths" if len(widths) > 1 else
+                     None if widths == {top} else
+                     f"{'DFlash' if chain else 'budget ' + str(min(widths))}'s width, not the server budget {top}'s")
     if features is not None and need not in features:
-        raise ConfigError(f"host {host.name} carries {carried}, which has no {what}: DDTREE would not "
-                          f"start with budget schedule {schedule!r}",
-                          hint=f"apply a newer ddtree revision first, or change {where}")
-    if several and "--disable-cuda-graph" not in profile.args:
-        raise ConfigError(f"host {host.name}: DDTREE budget schedule {schedule!r} verifies at several "
-                          "widths, which this ddtree revision runs only with --disable-cuda-graph (the "
-                          "target's CUDA graphs are captured at one width)",
-                          hint=f"add --disable-cuda-graph to serve.args of host {host.name} in "
+        return ScheduleRefusal(f"host {host.name} carries {carried}, which has no {what}: DDTREE would not "
+                               f"start with budget schedule {schedule!r}",
+                               f"apply a newer ddtree revision first, or change {where}")
+    if off_width and "--disable-cuda-graph" not in profile.args:
+        return ScheduleRefusal(f"host {host.name}: DDTREE budget schedule {schedule!r} verifies at {off_width}, "
+                               "which this ddtree revision runs only with --disable-cuda-graph (the target's "
+                               "CUDA graphs are captured at the server budget's width)",
+                               f"add --disable-cuda-graph to serve.args of host {host.name} in "
                                f"{host.inventory_file}, or use a fixed budget")
+    return None
+
+
+def refuse_unservable_schedule(host: Host, profile: ServeProfile, schedule: str | None, *,
+                               features: Collection[str] | None, carried: str = "",
+                               budget: int | None = None) -> None:
+    """Raise ConfigError (the reason and hint of :func:`schedule_refusal`, same arguments) when
+    DDTREE with ``schedule`` cannot be served on ``host``."""
+    refusal = schedule_refusal(host, profile, schedule, features=features, carried=carried, budget=budget)
+    if refusal is not None:
+        raise ConfigError(refusal.reason, hint=refusal.hint)

@@ -29,7 +29,7 @@ def test_nothing_to_check_without_a_schedule():
 @pytest.mark.parametrize(("schedule", "features", "needs"), [
     ("auto", R4, "auto budget planner (ddtree revision 7 on)"),
     ("1:16,8:chain", R3, "chain entries in a budget schedule (ddtree revision 4 on)"),
-    ("1:16,8:4", set(), "a budget schedule (ddtree revision 3 on)"),
+    ("1:16,8:4", set(), "budget schedule (ddtree revision 3 on)"),
 ])
 def test_a_revision_without_the_feature_is_named(schedule, features, needs):
     h = host()
@@ -55,3 +55,28 @@ def test_one_width_after_clamping_keeps_cuda_graphs():
     refuse_unservable_schedule(h, h.serve, "1:16", features=R7, carried="ddtree r7")
     with pytest.raises(ConfigError):
         refuse_unservable_schedule(h, h.serve, "1:32,8:16", features=R7, carried="ddtree r7", budget=64)
+
+
+@pytest.mark.parametrize(("schedule", "said"), [
+    ("1:8,4:8", "budget 8's width, not the server budget 16's"),
+    ("1:chain", "DFlash's width, not the server budget 16's"),
+])
+def test_one_width_other_than_the_budget_needs_the_profile_without_cuda_graphs(schedule, said):
+    """The graphs are captured at the server budget's width (the worker refuses any other):
+    a table of one width below it is refused like several widths."""
+    h = host(args=(), budget=16)
+    with pytest.raises(ConfigError, match=re.escape(said)) as e:
+        refuse_unservable_schedule(h, h.serve, schedule, features=R7, carried="ddtree r7")
+    assert "--disable-cuda-graph to serve.args of host gpu" in e.value.hint
+    h = host(budget=16)          # --disable-cuda-graph: any width
+    refuse_unservable_schedule(h, h.serve, schedule, features=R7, carried="ddtree r7")
+
+
+def test_the_refusal_is_the_same_sentence_the_sweep_reports():
+    from sglang_patcher.serve.schedule_support import schedule_refusal
+
+    h = host(args=(), budget=16)
+    assert schedule_refusal(h, h.serve, "1:16", features=R7, carried="ddtree r7") is None
+    r = schedule_refusal(h, h.serve, "auto", features=R4, carried="ddtree r4")
+    assert r.reason.startswith("host gpu carries ddtree r4, which has no auto budget planner")
+    assert "apply a newer ddtree revision first" in r.hint
