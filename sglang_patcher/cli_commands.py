@@ -17,7 +17,8 @@ from .serve.profile import bench_budgets
 
 @cli.command("hosts")
 @click.option("--check", is_flag=True, help="Connect to each host and report interpreter, SGLang "
-              "version(s), install path, writability and free disk.")
+              "version(s), install path, writability and free disk. Exits non-zero when a host is not "
+              "ok: the error's code, or 8 for a host apply could not write.")
 @click.option("--tag", default=None, help="Only hosts with this tag.")
 @pass_app
 def hosts_cmd(app: AppContext, check: bool, tag: str | None) -> None:

@@ -11,7 +11,7 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-from .errors import SglpatchError
+from .errors import DeployError, SglpatchError
 from .inventory import Host
 from .remote.agent_client import not_writable_hint
 from .service import human_bytes, session
@@ -56,11 +56,15 @@ class HostsCheckReport:
 
     @property
     def ok(self) -> bool:
-        return all(c.error is None for c in self.checks)
+        """Every host was reached and apply could write it (its install and its state dir)."""
+        return all(c.error is None and c.info.writable for c in self.checks)
 
     @property
     def exit_code(self) -> int:
-        codes = [c.error.exit_code for c in self.checks if c.error is not None]
+        """The largest error's exit code; 8 (DeployError, what ``apply`` gives there) for a host
+        reached but not writable; 0 when every host is ok."""
+        codes = [c.error.exit_code if c.error is not None else DeployError.exit_code
+                 for c in self.checks if c.error is not None or not c.info.writable]
         return max(codes) if codes else 0
 
     def to_json(self) -> dict[str, Any]:
@@ -70,7 +74,7 @@ class HostsCheckReport:
                 out[c.host.name] = {"ok": False, "error": c.error.message, "hint": c.error.hint,
                                     "exit_code": c.error.exit_code}
             else:
-                out[c.host.name] = {"ok": True, **c.info.to_dict(), "seconds": round(c.seconds, 3)}
+                out[c.host.name] = {"ok": bool(c.info.writable), **c.info.to_dict(), "seconds": round(c.seconds, 3)}
         return {"hosts": out, "ok": self.ok}
 
     def __rich__(self) -> Group:

@@ -199,11 +199,12 @@ def test_apply_refuses_files_it_cannot_replace_before_writing_anything_a_dry_run
                 "sglang/srt/speculative/ddtree_accept.py"]
         hint = f"give {sshd.user} write permission"
     try:
-        code, data, err = run_json(capsys, *h, "hosts", "--check")
-        assert code == 0 and data["hosts"]["gpu-test"]["writable"] is False, data
+        code, data, err = run_json(capsys, *h, "hosts", "--check")    # not ok: exit 8, as apply gives
+        assert code == 8 and data["hosts"]["gpu-test"]["writable"] is False, data
+        assert data["ok"] is False and data["hosts"]["gpu-test"]["ok"] is False, data
         assert data["hosts"]["gpu-test"]["unwritable_why"] == {blocked: why}, data["hosts"]["gpu-test"]
         code, out, _ = run_cli(capsys, *h, "hosts", "--check")
-        assert code == 0 and f"{blocked} {why}" in " ".join(out.split()), out
+        assert code == 8 and f"{blocked} {why}" in " ".join(out.split()), out
 
         for args in (["--dry-run"], ["--yes"]):
             code, data, err = run_json(capsys, *h, "apply", "ddtree", "--host", "gpu-test", *args)
@@ -285,12 +286,12 @@ def test_hosts_check_judges_the_state_dir_as_apply_does(capsys, tmp_path, sglpat
         h = ["--hosts", str(write_hosts(tmp_path / "hosts.yaml", host))]
         code, data, err = run_json(capsys, *h, "hosts", "--check")
         got = data["hosts"]["gpu-test"]
-        assert code == 0 and got["writable"] is False, (got, err)
+        assert code == 8 and got["writable"] is False and got["ok"] is False and data["ok"] is False, (got, err)
         assert got["state_dir"] == str(state) and got["state_dir_why"] == why, got
         assert got["unwritable_count"] == 0 and got["unwritable"] == [], "the install itself is writable"
         code, out, _ = run_cli(capsys, *h, "hosts", "--check")
         flat = " ".join(out.split())
-        assert code == 0 and "not ok" in flat and f"state dir {state} {why}" in flat, out
+        assert code == 8 and "not ok" in flat and f"state dir {state} {why}" in flat, out
         assert f"not writable by {sshd.user}: its state dir" in flat and hint in flat, out
         code, data, err = run_json(capsys, *h, "apply", "ddtree", "--host", "gpu-test", "--dry-run")
         assert code == 8 and "cannot write the host's state dir" in data["error"], (data, err)
