@@ -84,8 +84,10 @@ def rollback_host(transport: Transport, host: Host, info: HostInfo, deployment_i
                               for r in gone if r["id"] in marked}
             kept = [r for r in lost if r["carried"]]
             if not kept:  # rolled back already, never deployed, or its install gone: the wanted state holds
-                return RollbackResult(host=name, rolled_back=[], files={},
-                                      already=[d["id"] for d in order if d.get("phase") == "rolled_back"][-1:],
+                # the one rolled back last (a stack is rolled back newest first: not the latest started)
+                done = sorted((d for d in order if d.get("phase") == "rolled_back"),
+                              key=lambda d: d.get("times", {}).get("rolled_back", ""))
+                return RollbackResult(host=name, rolled_back=[], files={}, already=[d["id"] for d in done][-1:],
                                       round_trips=transport.round_trips - rt0, seconds=time.monotonic() - t0,
                                       superseded=superseded)
             raise lost_record_error(name, host, info, kept[-1], order, superseded)

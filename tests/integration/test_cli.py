@@ -711,6 +711,14 @@ def test_rollback_with_nothing_deployed_says_so_and_where_to_look(capsys, tmp_pa
     assert code == 0 and f"deployment {did} was rolled back already" in " ".join(out.split()), out
     code, data, _ = run_json(capsys, *h, "rollback", "--host", "here", "--to", did)
     assert code == 0 and data["already"] == [did] and data["rolled_back"] == [], data
+    # a stack (an older revision, then the upgrade) rolled back newest first: the no-op names the
+    # deployment rolled back last, the older one, not the latest started
+    assert run_json(capsys, *h, "apply", "ddtree@6", "--host", "here", "--yes")[0] == 0
+    assert run_json(capsys, *h, "apply", "ddtree", "--host", "here", "--yes")[0] == 0
+    ids = [run_json(capsys, *h, "rollback", "--host", "here")[1]["rolled_back"] for _ in range(2)]
+    assert all(len(i) == 1 for i in ids) and live() == before, ids
+    code, data, _ = run_json(capsys, *h, "rollback", "--host", "here")
+    assert code == 0 and data["already"] == ids[1] and data["rolled_back"] == [], (ids, data)
 
 
 def test_a_host_record_lost_is_named_by_status_and_rollback_points_at_the_local_copy(capsys, tmp_path,
