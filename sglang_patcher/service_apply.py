@@ -9,7 +9,7 @@ from typing import Any, Callable, Iterable
 from . import deploy, mirror
 from .errors import CheckFailedError, ConfigError, SglpatchError
 from .inventory import Host
-from .patchset import load_patchset
+from .patchset import Patchset, load_patchset
 from .patchset_identity import check_not_an_impostor, check_port_finished
 from .progress import SILENT, Meter
 from .serve.gate import Gate
@@ -42,6 +42,11 @@ def apply_patchset(name: str, host: Host, *, dry_run: bool = False, force: bool 
     if any(_gate_starts_servers(g) for g in gates) and host.serve is not None:
         refuse_unservable_schedule(host, host.serve, host.serve.ddtree.budget_schedule,
                                    features=deployed_features(ps.name, ps.revision), carried=f"{ps.name} r{ps.revision}")
+    # an exact pin of a withdrawn revision is deployed, as pip installs a yanked release pinned with
+    # ==, but said before the plan and its confirmation, so that the user can still decline
+    withdrawn = withdrawn_reason(ps)
+    if withdrawn:
+        log(f"warning: {ps.name} r{ps.revision} is withdrawn: {' '.join(withdrawn.split())}")
     with session(host) as (transport, info):
         if any(_gate_starts_servers(g) for g in gates) and host.serve is not None:
             check_model_paths(transport, host, host.serve)   # a gate that cannot start: said before the push
@@ -57,14 +62,6 @@ def apply_patchset(name: str, host: Host, *, dry_run: bool = False, force: bool 
                                       confirm=confirm, progress=step_progress(log), home=home)
     if result.status in ("dry_run", "aborted"):
         return result
-    withdrawn = ps.spec.withdrawn.get(ps.revision)
-    if not withdrawn:
-        try:
-            withdrawn = load_patchset(ps.name).spec.withdrawn.get(ps.revision)
-        except SglpatchError:     # given as a directory of a patchset this checkout does not have
-            withdrawn = None
-    if withdrawn:
-        log(f"warning: {ps.name} r{ps.revision} is withdrawn: {withdrawn}")
     for gate in gates:
         log(f"{host.name}: gate {gate}")
         try:
@@ -86,6 +83,18 @@ def apply_patchset(name: str, host: Host, *, dry_run: bool = False, force: bool 
                                f"revision (nothing was deployed now, so nothing was rolled back)\n{failure}",
                                hint=f"`sglpatch rollback --host {host.name}` takes the revision off")
     return result
+
+
+def withdrawn_reason(ps: Patchset) -> str | None:
+    """Why revision ``ps.revision`` is withdrawn (the ``withdrawn`` map of ``ps``, or of the newest
+    revision of that patchset here, which speaks for earlier ones), or None."""
+    why = ps.spec.withdrawn.get(ps.revision)
+    if not why:
+        try:
+            why = load_patchset(ps.name).spec.withdrawn.get(ps.revision)
+        except SglpatchError:     # given as a directory of a patchset this checkout does not have
+            why = None
+    return why or None
 
 
 def _gate_starts_servers(gate: Gate) -> bool:

@@ -40,8 +40,15 @@ def test_cli_r2_then_r3_pushes_the_worker_then_rollback_twice(capsys, tmp_path, 
     h, site = _hosts(tmp_path, local_target), local_target.site_packages
     record = record_hashes(site)
 
+    # an exact pin of a withdrawn revision is applied (as pip installs a yanked release pinned with
+    # ==), but the warning comes before the plan: a dry run says it and writes nothing
+    code, data, err = run_json(capsys, *h, "apply", "ddtree@2", "--host", "here", "--dry-run")
+    assert code == 0 and data["status"] == "dry_run", err
+    assert "warning: ddtree r2 is withdrawn: revision 2 cannot serve with DDTREE" in err, err
+    assert record_hashes(site) == record
     code, data, err = run_json(capsys, *h, "apply", "ddtree@2", "--host", "here", "--yes")
     assert code == 0, err
+    assert err.index("is withdrawn") < err.index("mirror refreshed"), err
     r2_worker, r2_spec_info = live_hash(site, WORKER), live_hash(site, SPEC_INFO)
     # a host at revision 2 cannot serve with DDTREE: status says so, with what to do
     code, data, err = run_json(capsys, *h, "status", "--host", "here")
