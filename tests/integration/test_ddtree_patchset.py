@@ -255,14 +255,15 @@ def test_revision_5_is_frozen_and_recognised_by_revision_6(ps, version):
 
 
 @pytest.mark.parametrize("version", RELEASES)
-def test_revision_6_is_frozen_and_recognised_by_revision_7(ps, version):
+def test_revision_6_is_frozen_and_recognised_by_the_current_revision(ps, version):
     """Revision 7 adds the ``auto`` budget planner: ddtree_budget.py and ddtree_worker.py, and the
     schedule argument's help and validation (spec.py, speculative_hook.py: patch 0010's two
-    changed lines). Revision 6 stays loadable as ``ddtree@6`` and a host carrying it is
-    recognised file by file: patched@r6 exactly where revision 7's bytes differ."""
+    changed lines); revision 8 changes DDTree files only. Revision 6 stays loadable as
+    ``ddtree@6`` and a host carrying it is recognised file by file: patched@r6 exactly where the
+    current revision's bytes differ."""
     tree = _pristine_tree(version)
     r6 = load_patchset("ddtree@6")
-    assert (ps.revision, r6.revision) == (7, 6)
+    assert ps.revision >= 7 and r6.revision == 6
     assert r6.root == DDTREE / "history" / "r6" and r6.versions == ps.versions
     r6.render(version, tree.read)
     e6, e7 = r6.target(version).expected, ps.target(version).expected
@@ -274,6 +275,26 @@ def test_revision_6_is_frozen_and_recognised_by_revision_7(ps, version):
     assert others <= set(ps.target(version).new_files), others    # else only the DDTree modules
     for path, sha in e6.items():
         assert ps.classify(path, sha, version=version) == ("patched@r6" if path in changed else "patched"), path
+
+
+@pytest.mark.parametrize("version", RELEASES)
+def test_revision_7_is_frozen_and_recognised_by_revision_8(ps, version):
+    """Revision 8 changes the top-K preps' first pass (ddtree_prep.py), the planner's plan counter
+    (ddtree_budget.py) and the worker's logging of it (ddtree_worker.py): no SGLang file. Revision 7
+    stays loadable as ``ddtree@7`` and a host carrying it is recognised file by file: patched@r7
+    exactly on those three files."""
+    tree = _pristine_tree(version)
+    r7 = load_patchset("ddtree@7")
+    assert (ps.revision, r7.revision) == (8, 7)
+    assert r7.root == DDTREE / "history" / "r7" and r7.versions == ps.versions
+    r7.render(version, tree.read)
+    e7, e8 = r7.target(version).expected, ps.target(version).expected
+    assert ps.spec.history[7][version] == e7 and set(e7) == set(e8)
+    changed = {p for p, sha in e7.items() if e8[p] != sha}
+    assert changed == {"sglang/kernels/ops/speculative/ddtree_prep.py", "sglang/srt/speculative/ddtree_budget.py",
+                       "sglang/srt/speculative/ddtree_worker.py"}, changed
+    for path, sha in e7.items():
+        assert ps.classify(path, sha, version=version) == ("patched@r7" if path in changed else "patched"), path
 
 
 @pytest.mark.parametrize("version", RELEASES)

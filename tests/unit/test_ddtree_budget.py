@@ -210,6 +210,11 @@ def test_auto_finds_the_best_budget_per_batch_on_the_h200_table():
     # chain from 4 on (every tree < 1.0 there)
     assert p.plan() == {1: 63, 4: CHAIN, 16: CHAIN, 64: CHAIN}
     assert p.describe() == "1:63,4:chain,16:chain,64:chain"
+    # plan_changes (the worker logs the plan when it moves) counts changes, not decisions
+    changes = p.plan_changes
+    assert 4 <= changes < 4 * 40
+    _run(p, 40, 1, lambda b, n: H200_MS[b][n] / 1e3, PAPER_TAU.__getitem__)
+    assert p.plan_changes == changes and p.plan() == {1: 63, 4: CHAIN, 16: CHAIN, 64: CHAIN}
     # past the peak it never measured N 255 at batch 64, where one step costs 7.7x DFlash's
     assert p._seen.get((64, 255), 0) == 0 and p._seen.get((64, 63), 0) == 0
 

@@ -445,6 +445,44 @@ def test_small_prep_equals_the_tie_rule_and_the_bound_prep(seed, rows, V, k, sub
             assert torch.equal(u.isnan(), v.isnan()) and torch.equal(u.nan_to_num(), v.nan_to_num())
 
 
+def _order_image(x: torch.Tensor) -> torch.Tensor:
+    """The order image of every element (int64): _ord16 / _ord32 written in torch."""
+    bits, top = (16, 65535) if x.element_size() == 2 else (32, 4294967295)
+    u = x.view(torch.int16 if bits == 16 else torch.int32).to(torch.int64) & top
+    u = torch.where(u == (top + 1) // 2, 0, u)                      # -0.0 -> +0.0
+    return torch.where(u >= (top + 1) // 2, top - u, u + (top + 1) // 2)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+def test_pass_a_sub_block_maxima_are_the_maxima_of_every_elements_image(dtype):
+    """Pass A takes the float maximum of a sub-block and maps only it to its order image: equal
+    to the maximum of every element's image (what it computed before), with NaN (above +inf),
+    +-inf, -0.0 beside +0.0, a sub-block all -inf, a chunk all NaN and a last chunk partly past
+    V (-1 for sub-blocks holding no element); the partials' maximum skips NaN."""
+    CH, SB = 64, 16
+    g = torch.Generator().manual_seed(3)
+    x = (torch.randn(3, 200, generator=g) * 4).to(dtype)
+    x[0, 5], x[0, 70], x[0, 71] = float("nan"), float("inf"), -0.0
+    x[0, 72] = 0.0
+    x[1, 16:32] = float("-inf")
+    x[1, 64:128] = float("nan")
+    x[2, 130:140] = -0.0
+    R, V = x.shape
+    NCH = -(-V // CH)
+    pm = torch.empty(R, NCH)
+    ps = torch.empty_like(pm)
+    sbm = torch.empty(R, NCH * CH // SB, dtype=torch.int64 if dtype == torch.float32 else torch.int32)
+    KP._bd_pass_a[(R, NCH)](x, pm, ps, sbm, NCH, V=V, CH=CH, SB=SB, W32=dtype == torch.float32)
+    pad = torch.full((R, NCH * CH - V), float("-inf"), dtype=dtype)
+    img = _order_image(torch.cat([x, pad], 1))
+    img[:, V:] = -1
+    assert torch.equal(sbm.to(torch.int64), img.reshape(R, -1, SB).amax(-1))
+    xf = torch.cat([x, pad], 1).float().reshape(R, NCH, CH)
+    skip_nan = torch.where(xf.isnan(), float("-inf"), xf).amax(-1)
+    want = torch.where(xf.isnan().all(-1), float("nan"), skip_nan)      # NaN only where all are NaN
+    torch.testing.assert_close(pm, want, rtol=0, atol=0, equal_nan=True)
+
+
 def test_small_prep_errors():
     x = torch.zeros(2, 100, dtype=torch.bfloat16)
     for kw, msg in ((dict(k=0), "1 <= k"), (dict(k=33), "1 <= k"), (dict(k=5, chunk=100), "chunk"),

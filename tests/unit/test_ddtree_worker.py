@@ -140,7 +140,7 @@ def test_auto_budget_feeds_the_planner_from_step_intervals_and_host_accept_lengt
 
     planner = AutoBudgetPlanner(3, 16)
     w = SimpleNamespace(budget_planner=planner, budget_schedule=None, _last_decode=None,
-                        _pending_accepts=collections.deque(maxlen=16), _logged_plan="", _ddtree_tp_rank=0,
+                        _pending_accepts=collections.deque(maxlen=16), _logged_plan=0, _ddtree_tp_rank=0,
                         _budgets_tried=set())
     w._feed_planner = lambda now: Wk.DDTreeWorker._feed_planner(w, now)
 

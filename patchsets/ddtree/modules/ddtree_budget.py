@@ -373,6 +373,7 @@ class AutoBudgetPlanner:
         self._accept: Dict[int, _Mean] = {}
         self._decisions: Dict[int, int] = {}
         self._best: Dict[int, int] = {}
+        self.plan_changes = 0     # how often ``plan()`` changed: the worker logs the plan on a change
 
     # -- measurements ------------------------------------------------------------------------
     def record_time(self, batch_size: int, budget: int, seconds: float) -> None:
@@ -429,6 +430,8 @@ class AutoBudgetPlanner:
             held_v = self.value(bucket, held)           # keep the running plan unless clearly beaten
             if held_v is not None and held_v * (1.0 + self.hysteresis) >= best_v:
                 best = held
+        if held != best:
+            self.plan_changes += 1
         self._best[bucket] = best
         if n_dec % self.reexplore_every == 0:
             i = self.candidates.index(best)

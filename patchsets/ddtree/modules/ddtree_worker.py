@@ -413,7 +413,7 @@ class DDTreeWorker(_WorkerBase):  # type: ignore[misc,valid-type]
         # results whose accept lengths have not reached the host yet
         self._last_decode: Optional[Tuple[int, int, float]] = None
         self._pending_accepts: Deque[Tuple[int, Any]] = collections.deque(maxlen=16)
-        self._logged_plan = ""
+        self._logged_plan = 0
         self._budgets_tried: set = set()
 
     def _draft_scope_factory(self) -> Callable[[], Any]:
@@ -562,10 +562,9 @@ class DDTreeWorker(_WorkerBase):  # type: ignore[misc,valid-type]
                 break  # the scheduler has not copied it to the host yet: next step
             self._pending_accepts.popleft()
             planner.record_accept(budget, float(lens.to(torch.float32).mean()))
-        plan = planner.describe()
-        if plan != self._logged_plan and self._ddtree_tp_rank == 0:
-            self._logged_plan = plan
-            logger.info("DDTREE auto budget plan (batch:budget): %s", plan)
+        if planner.plan_changes != self._logged_plan and self._ddtree_tp_rank == 0:
+            self._logged_plan = planner.plan_changes   # a counter: no text built per step
+            logger.info("DDTREE auto budget plan (batch:budget): %s", planner.describe())
 
     # -- the decode step --------------------------------------------------------------------
     def step_sizes(self, budget: int) -> DDTreeSizes:
