@@ -94,5 +94,7 @@ def test_trained_regime_trees_accept_more_than_the_chain(greedy_runs) -> None:
 
 
 def test_random_regime_draft_is_almost_never_right(greedy_runs) -> None:
-    vals = [v for ph in ("single", "batch") for v in greedy_runs["random"]["dflash-b4"].accept_lengths(ph) if v]
+    """The random fixture's draft is almost never right: a tree of B - 1 nodes (DFlash's verify
+    width) commits about one token per verify, the bonus token."""
+    vals = [v for ph in ("single", "batch") for v in greedy_runs["random"]["ddtree-b4-n3"].accept_lengths(ph) if v]
     assert vals and max(vals) < 1.5, vals

@@ -36,7 +36,7 @@ FAULTS = {
         "ddtree_accept.py",
         "        t = torch.gather(tgt, 1, cur[:, None])  # [bs, 1]\n",
         "        t = torch.gather(tgt, 1, (cur[:, None] + 1).clamp(max=N1 - 1))  # injected fault\n",
-        "trained", "ddtree-b4-n8"),
+        "trained", "ddtree-b4-n8", ("single",)),   # wrong from the first verify: single requests suffice
     # the same fault under the auto planner: its tree steps (3-16 nodes, between chain steps)
     # go through the walk too, so its equality check can fail (single requests suffice)
     "walk-off-by-one-auto": Fault(
@@ -49,7 +49,7 @@ FAULTS = {
         "ddtree_tree.py",
         "    out.scatter_(0, idx.reshape(-1), tree.tree_mask.reshape(-1))\n",
         "    pass  # injected fault: the tree block stays all True\n",
-        "random", "ddtree-b4-n32"),
+        "random", "ddtree-b4-n32", ("single",)),   # the root sees 32 drafted keys: every verify
     # the accepted path's target KV is left where the verify wrote it
     "no-kv-compaction": Fault(
         "ddtree_worker.py",

@@ -144,8 +144,9 @@ def test_select_beam_and_radix_prep_property(seed, L, V, N, kf, ties):
     assert_prune_beam_matches(full, KB.beam_prune_triton(lp_r, N, ci, ck))
 
 
-@pytest.mark.parametrize("bound", ["chain", "tight"])
-@pytest.mark.parametrize("dead", [False, True])
+# two of the four (dead, bound) pairs, ~45 s each under the CI's interpreter: (True, chain) and
+# (False, tight) are left out; test_pruned_beam_property draws chain and tight bounds at random
+@pytest.mark.parametrize(("dead", "bound"), [(False, "chain"), (True, "tight")])
 def test_score_bound_prunes_without_changing_the_tree(dead, bound):
     """The chain and tight bounds are live (on peaked logits the depth-2 beams get shorter) and
     exact: the beams stay prefixes of the sorting beam, gtop and the tree are unchanged; also
@@ -211,7 +212,7 @@ def test_tight_bound_thresholds_are_proven(kind):
         assert float(tval[b].max()) >= float(tval[b, 0])
 
 
-@settings(max_examples=10, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=6, deadline=None, suppress_health_check=list(HealthCheck))
 @given(seed=st.integers(0, 2**31 - 1), L=st.integers(1, 8), V=st.integers(2, 200),
        N=st.integers(1, 64), kf=st.floats(0.05, 1.0), kind=st.sampled_from(KINDS),
        tiers=st.sampled_from([(64, 256), (1, 2), (2, 8), (4, 16), (16, 4)]),
