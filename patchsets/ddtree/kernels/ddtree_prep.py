@@ -13,10 +13,10 @@ log-probs and token ids under the tie rule (value desc, id asc), and the rows' l
 | ``lse_triton``             | ``torch.logsumexp(x.float())``            | "row" prep (one program per row)    |
 | ``tie_fix_triton``         | full-vocabulary int32 ``where`` + topk    | "row" prep                          |
 | ``prep_chunked_triton``    | (both of the above, (row, chunk) grid)    | "chunked": 2.3x "row" at bs 1       |
-| ``topk_small_triton``      | same (K <= 32, bf16/fp16/fp32); each      | default prep for K <= 32: 22-26 us  |
-|                            | logit read once, then one program per row | at bs 1, 41-45 at bs 8, 252-270 at  |
-|                            | gathers the K best sub-blocks and sorts   | bs 64 (bound: 28-30 / 85-88 /       |
-|                            | their candidates                          | 578-596; fp32 352-363 at bs 64)     |
+| ``topk_small_triton``      | same (K <= 32, bf16/fp16/fp32); each      | default prep for K <= 32 (bf16):    |
+|                            | logit read once, then one program per row | 20-25 us at bs 1, 35-39 at bs 8,    |
+|                            | gathers the K best sub-blocks and sorts   | 185-224 at bs 64 (bound: 28-29 /    |
+|                            | their candidates                          | 81-83 / 541-554)                    |
 
 Importing this module needs Triton; ``sglang/srt/speculative/ddtree_tree.py`` imports it lazily,
 only for CUDA tensors (or when asked to). The kernels also run under ``TRITON_INTERPRET=1`` on CPU
@@ -862,7 +862,7 @@ def topk_small_triton(x: torch.Tensor, k: int, chunk: int = 4096, sub_block: int
     ids = torch.empty((R, k), dtype=torch.int64, device=dev)
     if R == 0:
         return lp, ids, lse
-    _bd_pass_a[(R, NCH)](x, pm, ps, sbm, NCH, V=V, CH=chunk, SB=sub_block, W32=w32, num_warps=4)
+    _bd_pass_a[(R, NCH)](x, pm, ps, sbm, NCH, V=V, CH=chunk, SB=sub_block, W32=w32, num_warps=8)
     _sk_select[(R,)](x, pm, ps, sbm, gsc, csc, lse, lp, ids, k, NCH, NSB, cap, V=V, SB=sub_block,
                      W32=w32, NCHP=max(16, triton.next_power_of_2(NCH)),
                      NSBP=max(16, triton.next_power_of_2(NSB)), GS=GS, CAPP=CAPP, KP=KP,
