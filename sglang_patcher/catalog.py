@@ -80,11 +80,10 @@ class PatchsetListing:
             t.add_column(col)
         for ps, revs in self.patchsets:
             earlier = Text()
-            for r in revs[1:]:
+            for item, withdrawn in _earlier_items(revs[1:]):
                 if earlier:
                     earlier.append(", ")
-                earlier.append(f"r{r.revision}" + (" (withdrawn)" if r.withdrawn else ""),
-                               style="yellow" if r.withdrawn else "")
+                earlier.append(item, style="yellow" if withdrawn else "")
             t.add_row(ps.name, str(ps.revision), ", ".join(ps.versions), earlier or "-", _summary(ps.description))
         parts: list[Any] = [t]
         for name, err in sorted(self.broken.items()):
@@ -92,6 +91,31 @@ class PatchsetListing:
         parts.append(Text("`sglpatch patchset show NAME` lists a patchset's files and checks per release",
                           style="dim"))
         return Group(*parts)
+
+
+def _earlier_items(revs: list[RevisionInfo]) -> list[tuple[str, bool]]:
+    """The earlier revisions as shown (newest first): a run of consecutive revisions that are not
+    withdrawn as one range ("r7–r3"), a withdrawn one alone ("r2 (withdrawn)"); with whether it
+    is withdrawn."""
+    out: list[tuple[str, bool]] = []
+    run: list[int] = []
+
+    def flush() -> None:
+        if run:
+            out.append((f"r{run[0]}" if len(run) == 1 else f"r{run[0]}–r{run[-1]}", False))
+            run.clear()
+
+    for r in revs:
+        if r.withdrawn:
+            flush()
+            out.append((f"r{r.revision} (withdrawn)", True))
+        elif run and run[-1] != r.revision + 1:
+            flush()
+            run.append(r.revision)
+        else:
+            run.append(r.revision)
+    flush()
+    return out
 
 
 @dataclass

@@ -60,6 +60,8 @@ def apply_patchset(name: str, host: Host, *, dry_run: bool = False, force: bool 
         result = deploy.apply_to_host(transport, host, info, ps, pristine=snap.mirror,
                                       dry_run=dry_run, force=force, break_lock=break_lock,
                                       confirm=confirm, progress=step_progress(log), home=home)
+    if withdrawn:     # said again beside the plan, and in --json
+        result.warnings.append(f"{ps.name} r{ps.revision} is withdrawn: {' '.join(withdrawn.split())}")
     if result.status in ("dry_run", "aborted"):
         return result
     for gate in gates:

@@ -129,6 +129,7 @@ class DeployResult:
     round_trips: int = 0
     seconds: float = 0.0
     local_record: str | None = None
+    warnings: list[str] = field(default_factory=list)   # e.g. the revision is withdrawn
 
     @property
     def uncropped(self) -> bool:
@@ -140,7 +141,8 @@ class DeployResult:
         out = {"host": self.host, "status": self.status, "deployment_id": self.deployment_id,
                "plan": self.plan.to_json(), "checks": self.checks.to_json() if self.checks else None,
                "recovered": self.recovered, "round_trips": self.round_trips,
-               "seconds": round(self.seconds, 3), "local_record": self.local_record}
+               "seconds": round(self.seconds, 3), "local_record": self.local_record,
+               "warnings": self.warnings}
         if self.status == "dry_run":
             out["diff"] = self.plan.diff
         return out
@@ -157,8 +159,10 @@ class DeployResult:
                               f"alone)", style="dim"))
         parts.append(Text(f"{self.host}: {self.status}"
                           + (f" (deployment {self.deployment_id})" if self.deployment_id else "")
-                          + f" — {self.round_trips} round trips, {self.seconds:.2f} s", style="bold"))
+                          + f" — {self.round_trips} round trip{'' if self.round_trips == 1 else 's'}, "
+                            f"{self.seconds:.2f} s", style="bold"))
         parts += [Text(f"  recovered: {r}", style="yellow") for r in self.recovered]
+        parts += [Text(f"  warning: {w}", style="yellow") for w in self.warnings]
         parts.append(self.plan.render(written=self.status not in ("dry_run", "aborted")))
         if self.checks is not None:
             parts.append(self.checks.__rich__())

@@ -47,6 +47,7 @@ def test_cli_r2_then_r3_pushes_the_worker_then_rollback_twice(capsys, tmp_path, 
     code, data, err = run_json(capsys, *h, "apply", "ddtree@2", "--host", "here", "--dry-run")
     assert code == 0 and data["status"] == "dry_run", err
     assert "warning: ddtree r2 is withdrawn: revision 2 cannot serve with DDTREE" in err, err
+    assert [w.split(":")[0] for w in data["warnings"]] == ["ddtree r2 is withdrawn"], data["warnings"]
     assert record_hashes(site) == record
     code, data, err = run_json(capsys, *h, "apply", "ddtree@2", "--host", "here", "--yes")
     assert code == 0, err

@@ -66,3 +66,13 @@ def test_show_an_earlier_revision_says_it_is_withdrawn_and_shows_its_own_files(c
 def test_show_an_unknown_patchset_is_exit_3_naming_the_known_ones(capsys):
     code, data, _ = run_json(capsys, "patchset", "show", "ddtre")
     assert code == 3 and "ddtree" in data["error"] and "did you mean 'ddtree'" in data["hint"]
+
+
+def test_earlier_revisions_show_as_ranges_around_withdrawn_ones():
+    """`patchset list` keeps its column short as revisions accumulate: consecutive revisions in
+    one range, a withdrawn one alone (and named so), a gap breaking a range."""
+    from sglang_patcher.catalog import RevisionInfo, _earlier_items
+
+    revs = [RevisionInfo(n, ["0.5.23"], withdrawn="why" if n == 2 else None) for n in (9, 7, 6, 5, 2, 1)]
+    assert _earlier_items(revs) == [("r9", False), ("r7–r5", False), ("r2 (withdrawn)", True), ("r1", False)]
+    assert _earlier_items([]) == []
