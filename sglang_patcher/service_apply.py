@@ -44,9 +44,10 @@ def apply_patchset(name: str, host: Host, *, dry_run: bool = False, force: bool 
                                    features=deployed_features(ps.name, ps.revision), carried=f"{ps.name} r{ps.revision}")
     # an exact pin of a withdrawn revision is deployed, as pip installs a yanked release pinned with
     # ==, but said before the plan and its confirmation, so that the user can still decline
-    withdrawn = withdrawn_reason(ps)
+    why = withdrawn_reason(ps)
+    withdrawn = f"{ps.name} r{ps.revision} is withdrawn: {' '.join(why.split())}" if why else None
     if withdrawn:
-        log(f"warning: {ps.name} r{ps.revision} is withdrawn: {' '.join(withdrawn.split())}")
+        log(f"warning: {withdrawn}")
     with session(host) as (transport, info):
         if any(_gate_starts_servers(g) for g in gates) and host.serve is not None:
             check_model_paths(transport, host, host.serve)   # a gate that cannot start: said before the push
@@ -61,7 +62,7 @@ def apply_patchset(name: str, host: Host, *, dry_run: bool = False, force: bool 
                                       dry_run=dry_run, force=force, break_lock=break_lock,
                                       confirm=confirm, progress=step_progress(log), home=home)
     if withdrawn:     # said again beside the plan, and in --json
-        result.warnings.append(f"{ps.name} r{ps.revision} is withdrawn: {' '.join(withdrawn.split())}")
+        result.warnings.append(withdrawn)
     if result.status in ("dry_run", "aborted"):
         return result
     for gate in gates:
