@@ -268,7 +268,8 @@ def check_cmd(app: AppContext, host_name: str, level: int | None, prompts: Path 
     result = service_check.check_host(host, level=level, prompts=prompts, stop_leftovers=stop_leftovers,
                                 log=app.say)
     failed = result.report.failed
-    said = (f"{host.name}: {len(failed)} check(s) failed at level {result.level}: "
+    # "check --level N": the level asked for; a failure below it (nothing deployed) stops the rest
+    said = (f"{host.name}: check --level {result.level}: {len(failed)} check(s) failed: "
             + "; ".join(f"{c.level} {c.name}" for c in failed))
     if app.as_json:
         data = result.to_json()
@@ -307,8 +308,9 @@ def _budgets(text: str | None) -> list[int | str] | None:
             raise ValueError("an empty entry")
         return bench_budgets(parts)
     except ValueError as exc:
-        raise click.BadParameter(f"{text!r}: {exc}; separate them by commas, e.g. 16,64,auto",
-                                 param_hint="--budgets") from None
+        # the comma tip only where the commas may be what went wrong (not for "16 is given twice")
+        tip = "" if "given twice" in str(exc) else "; separate them by commas, e.g. 16,64,auto,schedule"
+        raise click.BadParameter(f"{text!r}: {exc}{tip}", param_hint="--budgets") from None
 
 
 @cli.command("bench")
@@ -317,7 +319,8 @@ def _budgets(text: str | None) -> list[int | str] | None:
               help="Concurrent requests to measure at (default: serve.bench.concurrency).")
 @click.option("--budgets", default=None, metavar="N,N,...",
               help="DDTREE budgets, one server start each (default: serve.bench.budgets, else "
-                   "serve.ddtree.budget); auto: the server's own planner, up to serve.ddtree.budget.")
+                   "serve.ddtree.budget_schedule as served, else serve.ddtree.budget); auto: the "
+                   "server's own planner, up to serve.ddtree.budget; schedule: the profile's budget_schedule.")
 @click.option("--arms", default="none,DFLASH,DDTREE", show_default=True,
               help="Which of none (the target alone), DFLASH, DDTREE to measure.")
 @click.option("--requests", type=click.IntRange(min=1), default=None,

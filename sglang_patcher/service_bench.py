@@ -11,6 +11,7 @@ from .errors import ConfigError
 from .inventory import Host
 from .serve.bench import Arm as BenchArm, BenchRun, last_comparable, plot, run_bench, store
 from .serve.check import load_prompts
+from .serve.profile import PROFILE_SCHEDULE, ServeProfile
 from .serve.schedule import AUTO, is_auto
 from .serve.schedule_support import refuse_unservable_schedule
 from .serve.server import check_model_paths
@@ -30,7 +31,8 @@ def bench_host(host: Host, *, arms: Sequence[str] = ("none", "DFLASH", "DDTREE")
     """``sglpatch bench``: output tokens/s, time per output token and accept length of ``arms``
     (``none``, ``DFLASH``, ``DDTREE`` at each of ``budgets``; ``"auto"`` among them: DDTREE with
     ``--speculative-ddtree-budget-schedule auto`` up to the profile's budget, where the deployed
-    revision has the planner) at each ``concurrency``, measured
+    revision has the planner; ``"schedule"``: the profile's ``ddtree.budget_schedule``, the
+    default where it has one — DDTREE as the host serves it) at each ``concurrency``, measured
     side by side on the host (defaults from the host's ``serve.bench`` profile). The run is stored
     in the local history; ``compare`` attaches the last comparable run; ``plot_path`` draws tokens/s
     against concurrency. ``sweep``: DDTREE at every budget (DFLASH beside it), then the fastest
@@ -55,11 +57,9 @@ def bench_host(host: Host, *, arms: Sequence[str] = ("none", "DFLASH", "DDTREE")
                           hint="add the DFlash draft model's path on the host, or bench --arms none")
     cfg = profile.bench
     conc = list(concurrency or cfg.concurrency)
-    bud = list(budgets or cfg.budgets or [profile.ddtree.budget])
     arm_list = [BenchArm(a) for a in arms if a != "DDTREE"]
     if "DDTREE" in arms:
-        arm_list += [BenchArm("DDTREE", profile.ddtree.budget, profile.ddtree.topk, AUTO) if is_auto(b)
-                     else BenchArm("DDTREE", int(b), profile.ddtree.topk) for b in bud]
+        arm_list += _ddtree_arms(host, profile, list(budgets or cfg.budgets), sweep=sweep, log=log)
     schedules = sorted({a.schedule for a in arm_list if a.schedule})
     for sched in schedules:     # the profile's side (CUDA graphs) before any connection
         refuse_unservable_schedule(host, profile, sched, features=None)
@@ -86,3 +86,33 @@ def bench_host(host: Host, *, arms: Sequence[str] = ("none", "DFLASH", "DDTREE")
     if sweep:
         write_sweep(run, host, profile, inventory_path)
     return run
+
+
+def _ddtree_arms(host: Host, profile: ServeProfile, budgets: list[int | str], *, sweep: bool,
+                 log: Log) -> list[BenchArm]:
+    """The DDTREE arms of ``budgets`` (``bench --budgets`` or ``serve.bench.budgets``; empty: the
+    profile's budget schedule as served, else its fixed budget; a sweep measures fixed budgets).
+    Raises ConfigError for ``schedule`` on a profile without one."""
+    schedule = profile.ddtree.budget_schedule
+    if not budgets:
+        budgets = [PROFILE_SCHEDULE] if schedule is not None and not sweep else [profile.ddtree.budget]
+    elif schedule is not None and PROFILE_SCHEDULE not in budgets and not sweep:
+        # said, not silently dropped: the host serves DDTREE with its schedule, these arms do not
+        log(f"{host.name}: the DDTREE arm(s) run fixed budgets {', '.join(map(str, budgets))}; the profile "
+            f"serves DDTREE with budget_schedule {schedule!r} — add `schedule` to --budgets to measure it too")
+    out: list[BenchArm] = []
+    for b in budgets:
+        if b == PROFILE_SCHEDULE:
+            if schedule is None:
+                raise ConfigError(f"--budgets schedule: host {host.name}'s serve profile has no "
+                                  "ddtree.budget_schedule to measure",
+                                  hint=f"set serve.ddtree.budget_schedule of {host.name} in {host.inventory_file}, "
+                                       "or give fixed budgets / auto")
+            arm = BenchArm("DDTREE", profile.ddtree.budget, profile.ddtree.topk, schedule)
+        elif is_auto(b):
+            arm = BenchArm("DDTREE", profile.ddtree.budget, profile.ddtree.topk, AUTO)
+        else:
+            arm = BenchArm("DDTREE", int(b), profile.ddtree.topk)
+        if arm not in out:   # `auto,schedule` on a profile whose schedule is auto: one arm
+            out.append(arm)
+    return out

@@ -99,16 +99,28 @@ class DeployPlan:
                         stat=writes)
         if writes:
             added, removed = sum(a for a, _ in writes.values()), sum(r for _, r in writes.values())
-            t.caption = (f"{len(writes)} file(s) {'written' if written else 'would be written'}; their diff "
-                         f"from pristine: +{added:,} −{removed:,} "
-                         f"lines (`sglpatch diff {self.patchset_arg or self.patchset} --host {self.host}` "
-                         f"prints it)")
+            push = self.to_push
+            deleted = sum(1 for f in push.values() if f.action == "delete")
+            rest = len(self.files) - len(push)
+            # every row accounted for: the caption's counts add up to the table's rows
+            t.caption = (f"{len(push) - deleted} file(s) {'written' if written else 'would be written'}"
+                         + (f", {deleted} deleted" if deleted else "")
+                         + (f", {rest} left as they are (action none)" if rest else "")
+                         + f"; the diff from pristine: +{added:,} −{removed:,} "
+                           f"lines (`sglpatch diff {self.patchset_arg or self.patchset} --host {self.host}` "
+                           f"prints it)")
         notes = list(self.result.notes) if self.result is not None else []
         if notes:   # what `diff` says about the series (e.g. CRLF line ends kept), apply says too
             from rich.console import Group
             from rich.text import Text
             return Group(t, *(Text(f"  note: {n}", style="yellow") for n in notes))
         return t
+
+
+# DeployResult.status in the text output (--json keeps the names)
+_APPLY_STATUS_WORDS = {"applied": "applied", "already_applied": "already applied (nothing to write)",
+                       "dry_run": "dry run (nothing written)", "aborted": "aborted (nothing written)",
+                       "resumed": "resumed (an interrupted apply finished)"}
 
 
 @dataclass
@@ -157,7 +169,7 @@ class DeployResult:
             parts.append(Text(f"(the diff above: {len(self.plan.diff.splitlines()):,} lines; `sglpatch diff "
                               f"{self.plan.patchset_arg or self.plan.patchset} --host {self.host}` prints it "
                               f"alone)", style="dim"))
-        parts.append(Text(f"{self.host}: {self.status}"
+        parts.append(Text(f"{self.host}: {_APPLY_STATUS_WORDS.get(self.status, self.status)}"
                           + (f" (deployment {self.deployment_id})" if self.deployment_id else "")
                           + f" — {self.round_trips} round trip{'' if self.round_trips == 1 else 's'}, "
                             f"{self.seconds:.2f} s", style="bold"))
@@ -393,7 +405,7 @@ class RollbackResult:
     active: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        return {**asdict(self), "seconds": round(self.seconds, 3)}   # as apply's --json gives them
 
     def __rich__(self):
         from rich.table import Table
@@ -436,7 +448,8 @@ class RollbackResult:
                         + (f" (deployment {self.already[-1]} was rolled back already)" if self.already else
                            " (none was ever recorded)") + f"; `sglpatch status --host {self.host}` checks the files")
         t = Table(title=f"{self.host}: rolled back {', '.join(self.rolled_back) or 'nothing'}"
-                        f" ({self.round_trips} round trips, {self.seconds:.2f} s)")
+                        f" ({self.round_trips} round trip{'' if self.round_trips == 1 else 's'}, "
+                        f"{self.seconds:.2f} s)")
         t.add_column("file")
         t.add_column("restored sha256")
         for p, h in sorted(self.files.items()):

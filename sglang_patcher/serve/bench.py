@@ -38,7 +38,8 @@ HISTORY = "bench/history.jsonl"
 @dataclass(frozen=True)
 class Arm:
     """One server configuration: ``algorithm`` none | DFLASH | DDTREE (with ``budget``/``topk``;
-    ``schedule`` "auto": the worker's own planner chooses each step's budget up to ``budget``)."""
+    ``schedule`` "auto": the worker's own planner chooses each step's budget up to ``budget``;
+    a table "1:32,16:chain": the budget by running batch size, clamped at ``budget``)."""
 
     algorithm: str
     budget: int | None = None
@@ -49,7 +50,8 @@ class Arm:
     def label(self) -> str:
         if self.algorithm != "DDTREE":
             return "target" if self.algorithm == "none" else self.algorithm
-        size = f"auto<={self.budget}" if self.schedule == AUTO else f"n{self.budget}"
+        size = (f"auto<={self.budget}" if self.schedule == AUTO else
+                f"schedule {self.schedule} (<=n{self.budget})" if self.schedule else f"n{self.budget}")
         return f"DDTREE {size}" + (f" k{self.topk}" if self.topk else "")
 
     def ddtree(self) -> DDTreeSettings | None:

@@ -67,16 +67,20 @@ class DDTreeSettings(BaseModel):
         return out
 
 
+# ``bench``'s budget that stands for the profile's own ``ddtree.budget_schedule`` (DDTREE as served)
+PROFILE_SCHEDULE = "schedule"
+
+
 def bench_budgets(values: list[object]) -> list[int | str]:
-    """DDTREE budgets to bench: whole numbers >= 1 and ``auto`` (the server's own planner), each
-    once, in the given order; ``"16"`` and ``"Auto"`` are read as 16 and ``auto``. Raises ValueError
-    naming the bad value."""
+    """DDTREE budgets to bench: whole numbers >= 1, ``auto`` (the server's own planner) and
+    ``schedule`` (the profile's ``ddtree.budget_schedule``), each once, in the given order;
+    ``"16"`` and ``"Auto"`` are read as 16 and ``auto``. Raises ValueError naming the bad value."""
     out: list[int | str] = []
     for v in values:
         text = str(v).strip().lower()
-        if isinstance(v, bool) or not (text == AUTO or (text.isdigit() and int(text) >= 1)):
-            raise ValueError(f"{v!r} is not a budget (whole numbers >= 1 or auto)")
-        item: int | str = AUTO if text == AUTO else int(text)
+        if isinstance(v, bool) or not (text in (AUTO, PROFILE_SCHEDULE) or (text.isdigit() and int(text) >= 1)):
+            raise ValueError(f"{v!r} is not a budget (whole numbers >= 1, auto or schedule)")
+        item: int | str = text if text in (AUTO, PROFILE_SCHEDULE) else int(text)
         if item in out:
             raise ValueError(f"{item} is given twice")
         out.append(item)
@@ -91,7 +95,8 @@ class BenchSettings(BaseModel):
     concurrency: list[int] = Field(default_factory=lambda: [1, 4, 16, 64])
     requests: int = Field(default=64, ge=1)           # per concurrency level and arm
     max_new_tokens: int = Field(default=256, ge=1)
-    # DDTREE budgets to measure (default: ddtree.budget); auto: the server's own planner (r7 on)
+    # DDTREE budgets to measure (default: ddtree.budget_schedule where the profile has one, else
+    # ddtree.budget); auto: the server's own planner (r7 on); schedule: ddtree.budget_schedule
     budgets: list[int | str] = Field(default_factory=list)
 
     @field_validator("concurrency")
@@ -157,6 +162,13 @@ class ServeProfile(BaseModel):
         if clash:
             raise ValueError(f"`args` may not set {', '.join(clash)}: sglpatch sets those itself "
                              "(use `model`, `draft_model` and `port`)")
+        return self
+
+    @model_validator(mode="after")
+    def _schedule_to_bench(self) -> "ServeProfile":
+        if PROFILE_SCHEDULE in self.bench.budgets and self.ddtree.budget_schedule is None:
+            raise ValueError("bench.budgets names `schedule` (ddtree.budget_schedule as served), but "
+                             "ddtree has no budget_schedule: set one, or drop `schedule`")
         return self
 
     @property

@@ -49,7 +49,7 @@ def test_check_levels_0_and_1_of_the_deployed_revision(capsys, tmp_path, sglpatc
     assert [c["status"] for c in l1[:-1]] and all(c["status"] == "skipped" for c in l1[:-1]), l1
     assert l1[-1]["status"] == "failed" and "every L1 check was skipped" in l1[-1]["detail"], l1[-1]
     assert "missing module" in l1[-1]["detail"] and "--level 0" in l1[-1]["detail"], l1[-1]
-    assert data["error"].startswith("here: 1 check(s) failed at level 1: L1 smoke checks ran"), data["error"]
+    assert data["error"].startswith("here: check --level 1: 1 check(s) failed: L1 smoke checks ran"), data["error"]
     assert run_json(capsys, *h, "apply", "ddtree", "--host", "here", "--yes", "--gate", "check:1")[0] == 9
 
 

@@ -389,7 +389,7 @@ def test_apply_dry_run_shows_the_plan_and_the_whole_diff_and_writes_nothing(caps
     # the human view: the plan table, then every diff line whole (as `diff` prints it)
     code, out, err = run_cli(capsys, "--hosts", str(hosts), "apply", "ddtree", "--host", "here", "--dry-run")
     assert code == 0, err
-    assert "dry_run" in out and p in out
+    assert "here: dry run (nothing written)" in out and p in out
     from sglang_patcher.deploy import diffstat  # the plan's "lines" column: + / − per file of the diff
     added, removed = diffstat(data["diff"])[p]
     assert added > 0 and f"+{added} −{removed}" in out, out[:3000]

@@ -696,7 +696,7 @@ def test_a_dry_run_prints_the_diff_first_and_the_plan_last(env):
     """Issue 18: `apply --dry-run` printed the whole diff after the plan, burying it; the diff now
     comes first (every line still printed) and the plan closes the output."""
     text = _text(apply(env, dry_run=True))
-    assert text.index("+    DDX = 2") < text.index("unit-host: dry_run") < text.rindex(SPEC)
+    assert text.index("+    DDX = 2") < text.index("unit-host: dry run (nothing written)") < text.rindex(SPEC)
     assert "(the diff above:" in text
 
 
@@ -739,3 +739,23 @@ def test_prune_names_the_edited_copies_a_forced_rollback_kept_before_deleting_th
     assert text.count("edited cop") == 2  # the head and the forced one's line; none for the plain one
     assert not drifted.exists()
     assert_release(env)
+
+
+def test_the_plan_caption_accounts_for_every_row():
+    """A fresh user counted 26 rows under "25 file(s) written": the row left was a module only an
+    earlier revision touched, already at rest (action none). The caption's counts add up to the
+    rows: written, deleted, left as they are."""
+    from sglang_patcher.deploy.results import DeployPlan, FilePlan
+    diff = ("--- a/pkg/a.py\n+++ b/pkg/a.py\n@@ -1 +1,2 @@\n x\n+y\n"
+            "--- a/pkg/gone.py\n+++ /dev/null\n@@ -1 +0,0 @@\n-z\n")
+    files = {"pkg/a.py": FilePlan("pkg/a.py", "pristine", "1" * 64, "1" * 64, "2" * 64, action="write"),
+             "pkg/gone.py": FilePlan("pkg/gone.py", "pristine", "3" * 64, "3" * 64, None, action="delete"),
+             "pkg/old.py": FilePlan("pkg/old.py", "pristine", "4" * 64, "4" * 64, "4" * 64)}
+    plan = DeployPlan(host="h", patchset="ddtree", revision=8, sglang_version="0.5.23", files=files, diff=diff)
+    text = " ".join(_text(plan.render(written=True)).split())
+    assert "1 file(s) written, 1 deleted, 1 left as they are (action none)" in text, text
+    assert "+1 −1 lines" in text, text
+    files.pop("pkg/old.py")
+    files.pop("pkg/gone.py")
+    text = " ".join(_text(plan.render()).split())
+    assert "1 file(s) would be written; the diff" in text and "left as" not in text, text

@@ -192,7 +192,9 @@ def test_bench_budgets_option_takes_numbers_and_auto():
                      ("auto2", "not a budget"), ("16,16", "16 is given twice"), ("auto,Auto", "auto is given twice")):
         with pytest.raises(click.BadParameter, match=why) as e:
             _budgets(bad)
-        assert e.value.param_hint == "--budgets" and "e.g. 16,64,auto" in e.value.message
+        assert e.value.param_hint == "--budgets"
+        # the comma tip where the commas may be wrong; a repeated budget is not a comma problem
+        assert ("e.g. 16,64,auto" in e.value.message) == ("twice" not in why), e.value.message
 
 
 def test_profile_bench_budgets_take_auto_too():
@@ -217,3 +219,58 @@ def test_bench_auto_needs_a_profile_without_cuda_graphs_said_before_any_connecti
     with pytest.raises(ConfigError, match="gpu: DDTREE budget schedule .auto. verifies at several widths") as e:
         bench_host(host, budgets=[8, "auto"], store_run=False)
     assert "--disable-cuda-graph to serve.args of host gpu" in e.value.hint
+
+
+def test_bench_measures_the_profile_schedule_as_served_and_says_when_fixed_budgets_leave_it_out():
+    """A fresh user's profile served DDTREE with a budget schedule, and `bench` measured only a
+    fixed budget without saying so. Now the default DDTREE arm is the profile's schedule (DDTREE as
+    served); `--budgets 8,schedule` measures both; fixed budgets alone are said to leave it out;
+    a sweep measures fixed budgets (its rows choose the next schedule)."""
+    from sglang_patcher.errors import ConfigError
+    from sglang_patcher.inventory import Host
+    from sglang_patcher.service_bench import _ddtree_arms
+
+    host = Host(name="gpu", hostname="gpu.invalid", python="/usr/bin/python3",
+                serve={"model": "/m", "draft_model": "/d", "args": ["--disable-cuda-graph"],
+                       "ddtree": {"budget": 32, "budget_schedule": "1:32, 16:chain"}})
+    said: list[str] = []
+    served = Arm("DDTREE", 32, None, "1:32,16:chain")
+    assert _ddtree_arms(host, host.serve, [], sweep=False, log=said.append) == [served] and not said
+    assert served.label == "DDTREE schedule 1:32,16:chain (<=n32)"
+    assert served.ddtree().flags()[-2:] == ["--speculative-ddtree-budget-schedule", "1:32,16:chain"]
+    assert _ddtree_arms(host, host.serve, [8, "schedule"], sweep=False, log=said.append) == [Arm("DDTREE", 8), served]
+    assert not said
+    assert _ddtree_arms(host, host.serve, [8], sweep=False, log=said.append) == [Arm("DDTREE", 8)]
+    assert len(said) == 1 and "budget_schedule '1:32,16:chain'" in said[0] and "add `schedule`" in said[0]
+    assert _ddtree_arms(host, host.serve, [], sweep=True, log=said.append) == [Arm("DDTREE", 32)]
+    plain = Host(name="cpu", hostname="cpu.invalid", python="/usr/bin/python3",
+                 serve={"model": "/m", "draft_model": "/d", "ddtree": {"budget": 16}})
+    assert _ddtree_arms(plain, plain.serve, [], sweep=False, log=said.append) == [Arm("DDTREE", 16)]
+    with pytest.raises(ConfigError, match="cpu's serve profile has no ddtree.budget_schedule"):
+        _ddtree_arms(plain, plain.serve, ["schedule"], sweep=False, log=said.append)
+    auto = Host(name="a", hostname="a.invalid", python="/usr/bin/python3",
+                serve={"model": "/m", "draft_model": "/d", "ddtree": {"budget": 16, "budget_schedule": "auto"}})
+    assert _ddtree_arms(auto, auto.serve, ["auto", "schedule"], sweep=False,
+                        log=said.append) == [Arm("DDTREE", 16, None, "auto")]   # one arm, not two
+
+
+def test_bench_schedule_budget_needs_a_profile_schedule():
+    from sglang_patcher.serve.profile import ServeProfile
+
+    assert ServeProfile(model="/m", ddtree={"budget_schedule": "1:8"}, bench={"budgets": ["Schedule", 8]}
+                        ).bench.budgets == ["schedule", 8]
+    with pytest.raises(ValueError, match="bench.budgets names `schedule`"):
+        ServeProfile(model="/m", bench={"budgets": ["schedule"]})
+
+
+def test_bench_with_the_profile_schedule_and_cuda_graphs_is_refused_before_any_connection():
+    """The schedule arm is checked like `check` checks the profile: several widths beside CUDA
+    graphs are refused up front (the host has no address: a connection would fail)."""
+    from sglang_patcher.errors import ConfigError
+    from sglang_patcher.inventory import Host
+    from sglang_patcher.service_bench import bench_host
+
+    host = Host(name="gpu", hostname="gpu.invalid", python="/usr/bin/python3",
+                serve={"model": "/m", "draft_model": "/d", "ddtree": {"budget": 32, "budget_schedule": "1:32,16:8"}})
+    with pytest.raises(ConfigError, match="schedule '1:32,16:8' verifies at several widths"):
+        bench_host(host, store_run=False)
