@@ -107,6 +107,16 @@ class Host(BaseModel):
         host built in code: ``the inventory file (hosts.yaml)``)."""
         return self._inventory_file or "the inventory file (hosts.yaml)"
 
+    def serve_hint(self, what: str = "`serve:` (model, draft_model)") -> str:
+        """The way out for a command that starts servers on a host without the profile it needs:
+        where to add ``what``; for the embedded sandbox (no inventory file, no model), which
+        host to use instead."""
+        if self._inventory_file is None and "sandbox" in self.tags:
+            return ("the embedded sandbox is SGLang without a model to serve: servers run on a host of your "
+                    f"hosts.yaml with {what} (the repository's hosts.yaml shows one for ct200)")
+        return (f"add {what} to {self.name} in {self.inventory_file} (the repository's hosts.yaml shows "
+                "one for ct200)")
+
     @field_validator("name")
     @classmethod
     def _name_ok(cls, v: str) -> str:

@@ -45,6 +45,20 @@ def announced_bytes(output: str) -> int:
     return sum(announced(output).values())
 
 
+_INSTALLING = re.compile(r"^Installing collected packages: (.+)$", re.M)
+
+
+def phase(output: str) -> str | None:
+    """What pip is doing past its downloads, from its output so far: ``"installing N package(s)"``
+    once it prints ``Installing collected packages: ...`` (the bar stands full meanwhile: that
+    step downloads nothing), else None."""
+    m = _INSTALLING.search(output)
+    if m is None:
+        return None
+    n = len([p for p in m.group(1).split(",") if p.strip()])
+    return f"installing {n} package{'' if n == 1 else 's'} (downloads done)"
+
+
 KEEP = "sglpatch-downloads"   # where each download is hard-linked, under our TMPDIR
 
 
@@ -105,6 +119,7 @@ def run_pip(argv: Sequence[str], *, task: Task, timeout: float | None = None,
         t.start()
     seen: dict[str, int] = {}
     done = 0
+    doing: str | None = None
     deadline = None if timeout is None else time.monotonic() + timeout
     try:
         while True:
@@ -113,7 +128,12 @@ def run_pip(argv: Sequence[str], *, task: Task, timeout: float | None = None,
                 finished = True
             except subprocess.TimeoutExpired:
                 finished = False
-            total = announced_bytes("".join(out))
+            text = "".join(out)
+            now_doing = phase(text)
+            if now_doing is not None and now_doing != doing:
+                task.note(now_doing)
+                doing = now_doing
+            total = announced_bytes(text)
             if total:
                 task.total(nbytes=max(total, done))
             now = _scan(tmp, seen)
@@ -143,4 +163,4 @@ def run_pip(argv: Sequence[str], *, task: Task, timeout: float | None = None,
     return subprocess.CompletedProcess(list(argv), proc.returncode, "".join(out), "".join(err))
 
 
-__all__ = ["run_pip", "announced", "announced_bytes"]
+__all__ = ["run_pip", "announced", "announced_bytes", "phase"]

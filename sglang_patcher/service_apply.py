@@ -110,7 +110,7 @@ def _gate_possible(host: Host, gate: Gate) -> None:
     if need > most:
         raise ConfigError(f"host {host.name} cannot run the gate {gate}: "
                           + ("it has no serve profile" if host.serve is None else "its serve profile has no draft_model"),
-                          hint=f"add `serve:` (model, draft_model) to {host.name} in the inventory")
+                          hint=host.serve_hint())
 
 
 def _run_gate(host: Host, gate: Gate, log: Log) -> str | None:

@@ -48,7 +48,7 @@ def bench_host(host: Host, *, arms: Sequence[str] = ("none", "DFLASH", "DDTREE")
     profile = host.serve
     if profile is None:
         raise ConfigError(f"host {host.name} has no serve profile: bench starts servers",
-                          hint=f"add `serve:` (model, draft_model, args...) to {host.name} in the inventory")
+                          hint=host.serve_hint("`serve:` (model, draft_model, args...)"))
     unknown = [a for a in arms if a not in ("none", "DFLASH", "DDTREE")]
     if unknown:
         raise ConfigError(f"unknown bench arm(s) {', '.join(unknown)}", hint="arms are none, DFLASH, DDTREE")

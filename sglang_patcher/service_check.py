@@ -37,8 +37,7 @@ def check_host(host: Host, *, level: int | None = None, prompts: str | Path | No
         why = ("it has no serve profile (`serve:` with model and draft_model)" if host.serve is None
                else "its serve profile has no draft_model")
         raise ConfigError(f"host {host.name} cannot be checked at level {level}: {why}",
-                          hint=f"use --level {most}, or add them under `serve:` for {host.name} in the "
-                               "inventory (the repository's hosts.yaml shows one for ct200)")
+                          hint=f"use --level {most}; " + host.serve_hint())
     texts = load_prompts(prompts) if level >= 2 else []
     with session(host) as (transport, info):
         if level >= 2 or stop_leftovers:

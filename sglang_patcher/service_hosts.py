@@ -47,6 +47,19 @@ class HostCheck:
     error: SglpatchError | None = None
     seconds: float = 0.0
 
+    @property
+    def ok(self) -> bool:
+        """Reached, and apply could write it (its install and its state dir)."""
+        return self.error is None and bool(self.info.writable)
+
+    @property
+    def exit_code(self) -> int:
+        """0 when ok; the error's exit code; 8 (DeployError, what ``apply`` gives there) for a
+        host reached but not writable."""
+        if self.error is not None:
+            return self.error.exit_code
+        return 0 if self.ok else DeployError.exit_code
+
 
 @dataclass
 class HostsCheckReport:
@@ -56,16 +69,13 @@ class HostsCheckReport:
 
     @property
     def ok(self) -> bool:
-        """Every host was reached and apply could write it (its install and its state dir)."""
-        return all(c.error is None and c.info.writable for c in self.checks)
+        """Every host was reached and apply could write it (:attr:`HostCheck.ok`)."""
+        return all(c.ok for c in self.checks)
 
     @property
     def exit_code(self) -> int:
-        """The largest error's exit code; 8 (DeployError, what ``apply`` gives there) for a host
-        reached but not writable; 0 when every host is ok."""
-        codes = [c.error.exit_code if c.error is not None else DeployError.exit_code
-                 for c in self.checks if c.error is not None or not c.info.writable]
-        return max(codes) if codes else 0
+        """The largest host's :attr:`HostCheck.exit_code`; 0 when every host is ok."""
+        return max((c.exit_code for c in self.checks), default=0)
 
     def to_json(self) -> dict[str, Any]:
         out = {}
@@ -74,7 +84,7 @@ class HostsCheckReport:
                 out[c.host.name] = {"ok": False, "error": c.error.message, "hint": c.error.hint,
                                     "exit_code": c.error.exit_code}
             else:
-                out[c.host.name] = {"ok": bool(c.info.writable), **c.info.to_dict(), "seconds": round(c.seconds, 3)}
+                out[c.host.name] = {"ok": c.ok, **c.info.to_dict(), "seconds": round(c.seconds, 3)}
         return {"hosts": out, "ok": self.ok}
 
     def __rich__(self) -> Group:

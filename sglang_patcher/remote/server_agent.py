@@ -30,12 +30,15 @@ Ops:
   paths {paths: [path]} -> {paths: {path: {exists, readable, dir, expanded, expanded_exists, parent,
       entries}}}: what the login user finds at each path (``~`` not expanded, as a server's argv is
       not; ``expanded`` the path with it expanded), and where a path is missing its nearest existing
-      parent and a few of that directory's entries (``more``: how many are not listed)
+      parent and a few of that directory's entries (``more``: how many are not listed), the first
+      missing name under it (``missing``; ``direct``: the path's last name) and the entries named
+      like it (``close``)
   stop {name, servers_dir, grace_s} -> {stopped, signal, was_running}
   list {servers_dir} -> {servers: [{name, pid, port, started, alive, log}]}
   log_tail {name, servers_dir, bytes} -> {text}
 """
 
+import difflib
 import json
 import os
 import signal
@@ -369,9 +372,13 @@ def op_paths(a):
             while parent != "/" and not os.path.isdir(parent):
                 parent = os.path.dirname(parent)
             info["parent"] = parent
+            # the first missing name under it, and its entries named like it (a typo's neighbours)
+            rest = os.path.relpath(os.path.abspath(expanded), parent).split(os.sep)
+            info["missing"], info["direct"] = rest[0], len(rest) == 1
             try:
                 names = sorted(os.listdir(parent))
                 info["entries"], info["more"] = names[:12], max(len(names) - 12, 0)
+                info["close"] = difflib.get_close_matches(rest[0], names, n=5, cutoff=0.6)
             except OSError:
                 info["entries"] = None
         out[path] = info

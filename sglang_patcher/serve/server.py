@@ -118,14 +118,29 @@ def check_model_paths(transport: Transport, host: Host, profile: ServeProfile, *
             raise ConfigError(f"{host.name}: serve.{key} {path} is not a path the server can open on {host.name}: "
                               "it is started without a shell, so ~ is not expanded",
                               hint=f"write the absolute path: serve.{key}: {f['expanded']} for {host.name} in {where}")
-        entries = f.get("entries")
-        near = (f"; the nearest directory there, {f['parent']}, holds: "
-                + (", ".join(entries) + (f" and {f['more']} more" if f.get("more") else "") if entries else "nothing")
-                if f.get("parent") and entries is not None else "")
+        near = _nearest(f)
         raise ConfigError(f"{host.name}: serve.{key} {path} does not exist on {host.name} (paths in the serve "
                           f"profile are on the host){near}",
                           hint=f"fix serve.{key} of host {host.name} in {where} (the {'DFlash draft ' if key == 'draft_model' else ''}"
                                f"model's directory on {host.name}), or copy the model there; nothing was started")
+
+
+def _nearest(found: dict[str, Any]) -> str:
+    """What the nearest existing directory above a missing path says about it (the agent's
+    ``paths`` answer): entries named like the missing name first (a typo); the whole listing only
+    when that directory is the path's own parent (the models' folder), never an unrelated one
+    such as /tmp above a missing subtree; "" when nothing is known."""
+    parent, entries = found.get("parent"), found.get("entries")
+    if not parent or entries is None:
+        return ""
+    name, close = found.get("missing"), found.get("close") or []
+    if close:
+        return f"; {parent} holds {', '.join(close)} (named like {name})"
+    if found.get("direct", True):
+        return (f"; the nearest directory there, {parent}, holds: "
+                + (", ".join(entries) + (f" and {found['more']} more" if found.get("more") else "")
+                   if entries else "nothing"))
+    return f"; the nearest directory there, {parent}, has no {name}" if name else ""
 
 
 @dataclass

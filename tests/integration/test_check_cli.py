@@ -109,11 +109,22 @@ def test_a_model_path_missing_on_the_host_is_the_first_line_of_the_error_before_
     first = err.strip().splitlines()[0]
     assert code == 2 and first.startswith(f"error: here: serve.model {missing} does not exist on here"), err
     said = " ".join(err.split())
-    assert f"the nearest directory there, {models}, holds: Qwen3-8B" in said, said
+    assert f"{models} holds Qwen3-8B (named like Qwen3-8B-typo)" in said, said
     assert "fix serve.model of host here in" in said and str(tmp_path / "hosts.yaml") in said, said
     assert not servers.exists() or not any(servers.iterdir()), "a server was started"
     code, data, _ = run_json(capsys, *h, "bench", "--host", "here")
     assert code == 2 and data["error"].startswith(f"here: serve.model {missing} does not exist"), data
+    # a missing subtree under a busy unrelated directory: that directory's listing is not shown
+    for junk in ("a.log", "b.sock", "cache"):
+        (tmp_path / junk).touch()
+    h = _hosts(tmp_path, local_target, serve={"model": str(tmp_path / "weights" / "Qwen3-8B")})
+    code, data, _ = run_json(capsys, *h, "check", "--host", "here", "--level", "2")
+    assert code == 2 and data["error"].endswith(f"the nearest directory there, {tmp_path}, has no weights"), data
+    assert "a.log" not in data["error"], data
+    # the models' own folder without a near name: its listing is the help
+    h = _hosts(tmp_path, local_target, serve={"model": str(models / "Llama-3")})
+    code, data, _ = run_json(capsys, *h, "check", "--host", "here", "--level", "2")
+    assert code == 2 and data["error"].endswith(f"the nearest directory there, {models}, holds: Qwen3-8B"), data
     # the draft model is checked too, and a Hugging Face id is left to SGLang
     h = _hosts(tmp_path, local_target, serve={"model": str(models / "Qwen3-8B"), "draft_model": "~/no-such-draft"})
     code, data, _ = run_json(capsys, *h, "check", "--host", "here", "--level", "3")

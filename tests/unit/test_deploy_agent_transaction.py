@@ -759,3 +759,10 @@ def test_the_plan_caption_accounts_for_every_row():
     files.pop("pkg/gone.py")
     text = " ".join(_text(plan.render()).split())
     assert "1 file(s) would be written; the diff" in text and "left as" not in text, text
+
+
+def test_rollback_json_rounds_its_seconds_as_apply_does():
+    from sglang_patcher.deploy.results import RollbackResult
+    r = RollbackResult("h", ["d1"], {"a.py": None}, round_trips=1, seconds=1.23456789)
+    assert r.to_json()["seconds"] == 1.235 and r.to_json()["rolled_back"] == ["d1"]
+    assert "(1 round trip, 1.23 s)" in " ".join(_text(r).split())

@@ -294,3 +294,24 @@ def test_hints_name_the_inventory_file_in_use(tmp_path):
     assert SSHTransport(host)._inventory == str(inv_file)
     built = Host(name="x", hostname="h", python="/usr/bin/python3")   # made in code: no file
     assert "hosts.yaml" in built.inventory_file and "inventory file" in built.inventory_file
+
+
+def test_a_host_without_a_serve_profile_is_told_where_to_add_one(tmp_path, monkeypatch, capsys):
+    """A new user ran `bench --host sandbox` (no hosts.yaml): the hint said to add `serve:` to
+    sandbox "in the inventory", which does not exist. The embedded sandbox is told to use a host
+    of hosts.yaml; a host read from a file is told that file."""
+    from sglang_patcher.cli import main
+    from sglang_patcher.sandbox import sandbox_host
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("SGLPATCH_HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("SGLPATCH_HOSTS", raising=False)
+    assert "embedded sandbox" in sandbox_host(home=tmp_path).serve_hint()
+    f = tmp_path / "hosts.yaml"
+    f.write_text("hosts:\n  gpu: {hostname: gpu.invalid, python: /usr/bin/python3}\n")
+    assert f"add `serve:` (model, draft_model) to gpu in {f}" in load_inventory(f).get("gpu").serve_hint()
+    f.unlink()
+    capsys.readouterr()
+    assert main(["bench", "--host", "sandbox"]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "the embedded sandbox is SGLang without a model" in err, err

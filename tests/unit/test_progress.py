@@ -172,7 +172,13 @@ def test_a_real_pip_install_reports_the_bytes_of_the_wheel_it_fetched(tmp_path):
     try:
         dest = tmp_path / "dest"
         env = {**os.environ, "PIP_CACHE_DIR": str(tmp_path / "pip-cache"), "PIP_CONFIG_FILE": os.devnull}
-        task = Task("download sglpatchdemo", None, None)
+        class Noted(Task):
+            notes: list[str] = []
+
+            def note(self, text: str) -> None:
+                self.notes.append(text)
+
+        task = Noted("download sglpatchdemo", None, None)
         proc = run_pip([sys.executable, "-m", "pip", "install", "--no-deps", "--no-index", "--disable-pip-version-check",
                         "--find-links", f"http://127.0.0.1:{server.server_address[1]}/", "--target", str(dest),
                         "sglpatchdemo==1.0"], task=task, env=env, timeout=120)
@@ -183,3 +189,14 @@ def test_a_real_pip_install_reports_the_bytes_of_the_wheel_it_fetched(tmp_path):
     size = wheel.stat().st_size
     assert (dest / "sglpatchdemo" / "blob.bin").stat().st_size == 3_000_000    # installed
     assert task.total_bytes == size and task.nbytes == size, (task.total_bytes, task.nbytes, size)
+    # past the downloads the bar stands full: the task says pip is installing (a new user saw 100 %
+    # for a minute and thought it hung)
+    assert task.notes == ["installing 1 package (downloads done)"], task.notes
+
+
+def test_pip_install_phase_is_read_from_its_output():
+    from sglang_patcher.piprun import phase
+
+    assert phase("Collecting sglang==0.5.23\n  Downloading sglang-0.5.23.whl (3.9 MB)\n") is None
+    assert phase("x\nInstalling collected packages: torch, triton, sglang\n") == \
+        "installing 3 packages (downloads done)"
