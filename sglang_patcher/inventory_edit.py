@@ -12,11 +12,21 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+import yaml
 from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap
+from ruamel.yaml.scalarstring import DoubleQuotedScalarString
 
 from .errors import InventoryError
 from .inventory import load_inventory
+
+
+def _read_back(text: str) -> object:
+    """What the inventory's reader (PyYAML, YAML 1.1) makes of ``text`` written as a plain scalar."""
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError:
+        return None
 
 
 def set_host_value(path: Path, host: str, keys: list[str], value: Any) -> None:
@@ -42,6 +52,10 @@ def set_host_value(path: Path, host: str, keys: list[str], value: Any) -> None:
         node = node[k]
         if not isinstance(node, dict):
             raise InventoryError(f"{path}: hosts.{host}.{k} is not a mapping; cannot set {'.'.join(keys)}")
+    if isinstance(value, str) and _read_back(value) != value:
+        # ruamel writes YAML 1.2; the inventory is read as YAML 1.1 (PyYAML), where a plain 1:8 is
+        # the sexagesimal number 68: a string that would not read back as itself is quoted
+        value = DoubleQuotedScalarString(value)
     node[keys[-1]] = value
     out = io.StringIO()
     yaml.dump(doc, out)

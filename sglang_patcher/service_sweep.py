@@ -33,7 +33,9 @@ def deployed_features(patchset: str | None, revision: int | None) -> frozenset[s
 def write_sweep(run: BenchRun, host: Host, profile: ServeProfile, inventory_path: Path | None) -> None:
     """Set ``run.schedule`` to the schedule chosen from ``run``'s rows ("" without DDTREE rows) and
     write it into ``inventory_path`` as ``hosts.<host>.serve.ddtree.budget_schedule`` (comments
-    kept; ``budget`` widened to the widest budget chosen) — where the host could serve it
+    kept; ``budget`` widened to the widest budget chosen, or set to the one budget of a table
+    without chain entries that chose one everywhere: then it serves beside CUDA graphs) — where
+    the host could serve it
     (:func:`~sglang_patcher.serve.schedule_support.schedule_refusal`: the deployed revision's
     ``features``, chain entries only with ``budget_schedule_chain``; several widths only with
     ``--disable-cuda-graph``), the profile does not ask for ``auto`` and the host comes from that
@@ -47,11 +49,14 @@ def write_sweep(run: BenchRun, host: Host, profile: ServeProfile, inventory_path
         run.schedule = ""
         return
     run.schedule = schedule_text(entries)
-    top = max([n for _, n in entries if n != CHAIN], default=0)
+    widths = {n for _, n in entries}
+    top = max([n for n in widths if n != CHAIN], default=0)
+    # one tree width everywhere: the server budget becomes it (lowered too), so that its CUDA
+    # graphs are captured at the one width the table verifies; else widened to the widest only
+    budget = top if len(widths) == 1 and CHAIN not in widths else max(top, profile.ddtree.budget)
     carried = f"{run.patchset} r{run.revision}" if run.patchset else "no sglpatch deployment"
     # what check/bench/apply would refuse to serve is not written either
-    refusal = schedule_refusal(host, profile, run.schedule, features=features, carried=carried,
-                               budget=max(top, profile.ddtree.budget))
+    refusal = schedule_refusal(host, profile, run.schedule, features=features, carried=carried, budget=budget)
     if refusal is not None:
         run.schedule_written = f"not written to {host.name}'s profile: {refusal.reason}"
         return
@@ -63,7 +68,10 @@ def write_sweep(run: BenchRun, host: Host, profile: ServeProfile, inventory_path
         run.schedule_written = f"not written: {host.name} comes from no inventory file"
         return
     set_host_value(Path(inventory_path), host.name, ["serve", "ddtree", "budget_schedule"], run.schedule)
-    if top > profile.ddtree.budget:
-        set_host_value(Path(inventory_path), host.name, ["serve", "ddtree", "budget"], top)
+    if budget != profile.ddtree.budget:
+        set_host_value(Path(inventory_path), host.name, ["serve", "ddtree", "budget"], budget)
     run.schedule_written = (f"written to {inventory_path}: hosts.{host.name}.serve.ddtree.budget_schedule"
-                            f" = {run.schedule!r} (DDTREE starts pass --speculative-ddtree-budget-schedule)")
+                            f" = {run.schedule!r}"
+                            + (f" and budget = {budget} (was {profile.ddtree.budget})"
+                               if budget != profile.ddtree.budget else "")
+                            + " (DDTREE starts pass --speculative-ddtree-budget-schedule)")

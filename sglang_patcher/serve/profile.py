@@ -45,6 +45,15 @@ class DDTreeSettings(BaseModel):
     # or "auto" (ddtree revision 7): the worker's planner chooses each step's budget up to `budget`
     budget_schedule: str | None = None
 
+    @field_validator("budget_schedule", mode="before")
+    @classmethod
+    def _schedule_is_text(cls, v: object) -> object:
+        if isinstance(v, (int, float)) and not isinstance(v, bool):
+            # YAML 1.1 reads an unquoted 1:8 as 68 (base 60): the table was lost before we saw it
+            raise ValueError(f"budget_schedule must be text, got the number {v!r}: quote it, e.g. "
+                             "budget_schedule: \"1:8\" (YAML reads an unquoted 1:8 as the number 68)")
+        return v
+
     @field_validator("budget_schedule")
     @classmethod
     def _schedule(cls, v: str | None) -> str | None:

@@ -274,3 +274,52 @@ def test_bench_with_the_profile_schedule_and_cuda_graphs_is_refused_before_any_c
                 serve={"model": "/m", "draft_model": "/d", "ddtree": {"budget": 32, "budget_schedule": "1:32,16:8"}})
     with pytest.raises(ConfigError, match="schedule '1:32,16:8' verifies at several widths"):
         bench_host(host, store_run=False)
+
+
+def test_a_sweep_that_chose_one_budget_everywhere_sets_the_server_budget_to_it_and_keeps_cuda_graphs(tmp_path):
+    """With CUDA graphs kept (captured at the server budget's width), a table of one width other
+    than the server budget was refused and not written. A sweep whose every concurrency chose the
+    same budget now sets the server budget to it — lowered from 32 to 8 here — and the table
+    verifies at the captured width; several widths are still refused there."""
+    from sglang_patcher.inventory import load_inventory
+    from sglang_patcher.service_sweep import write_sweep
+
+    inv = tmp_path / "hosts.yaml"
+    inv.write_text("hosts:\n  gpu:\n    transport: local\n    python: /usr/bin/python3\n"
+                   "    serve:\n      model: /m\n      draft_model: /d\n      ddtree:\n        budget: 32\n")
+    host = load_inventory(inv).hosts["gpu"]
+    r = sweep_run()
+    r.args = []
+    r.rows = [x for x in r.rows if x.budget in (8, None) and x.concurrency < 8]   # n8 beats DFLASH at 1-4
+    write_sweep(r, host, host.serve, inv)
+    assert r.schedule == "1:8" and "budget = 8 (was 32)" in r.schedule_written, r.schedule_written
+    dd = load_inventory(inv).hosts["gpu"].serve.ddtree
+    assert (dd.budget, dd.budget_schedule) == (8, "1:8")
+    r = sweep_run()
+    r.args = []
+    host = load_inventory(inv).hosts["gpu"]
+    write_sweep(r, host, host.serve, inv)
+    assert r.schedule == "1:8,2:16,8:chain" and "verifies at several widths" in r.schedule_written
+    assert load_inventory(inv).hosts["gpu"].serve.ddtree.budget_schedule == "1:8"     # left as it was
+
+
+def test_an_unquoted_one_entry_schedule_is_refused_with_the_quoting_fix_and_a_sweep_writes_it_quoted(tmp_path):
+    """`budget_schedule: 1:8` in YAML 1.1 (PyYAML, the inventory's reader) is the number 68: it was
+    refused as "not a valid string". Now the error says to quote it; and the sweep's writer
+    (ruamel, YAML 1.2, which writes 1:8 plain) quotes what would not read back as itself."""
+    from sglang_patcher.errors import InventoryError
+    from sglang_patcher.inventory import load_inventory
+    from sglang_patcher.inventory_edit import set_host_value
+
+    inv = tmp_path / "hosts.yaml"
+    inv.write_text("hosts:\n  gpu:\n    hostname: g.invalid\n    python: /usr/bin/python3\n"
+                   "    serve: {model: /m, ddtree: {budget: 8, budget_schedule: 1:8}}\n")
+    with pytest.raises(InventoryError, match=r'got the number 68: quote it, e.g. budget_schedule: "1:8"'):
+        load_inventory(inv)
+    inv.write_text("hosts:\n  gpu:\n    hostname: g.invalid\n    python: /usr/bin/python3\n"
+                   "    serve: {model: /m, ddtree: {budget: 8}}\n")
+    set_host_value(inv, "gpu", ["serve", "ddtree", "budget_schedule"], "1:8")
+    set_host_value(inv, "gpu", ["serve", "ddtree", "budget"], 16)
+    assert '"1:8"' in inv.read_text()
+    dd = load_inventory(inv).hosts["gpu"].serve.ddtree
+    assert (dd.budget_schedule, dd.budget) == ("1:8", 16)
