@@ -72,7 +72,7 @@ from .manifest import sha256_bytes
 
 __all__ = ["Target", "Checks", "PatchsetSpec", "Patchset", "load_patchset", "available_patchsets",
            "default_search_path", "FILE_STATES", "FEATURES",
-           "BUDGET_SCHEDULE", "BUDGET_SCHEDULE_CHAIN", "BUDGET_AUTO"]
+           "BUDGET_SCHEDULE", "BUDGET_SCHEDULE_CHAIN", "BUDGET_AUTO", "BUDGET_SCHEDULE_GRAPHS"]
 
 Reader = Callable[[str], "bytes | None"]
 
@@ -81,11 +81,14 @@ FILE_STATES = ("pristine", "patched", "patched@r<N>", "drifted", "absent")
 BUDGET_SCHEDULE = "budget_schedule"
 BUDGET_SCHEDULE_CHAIN = "budget_schedule_chain"
 BUDGET_AUTO = "budget_auto"
+BUDGET_SCHEDULE_GRAPHS = "budget_schedule_graphs"
 #: The capabilities sglpatch asks a deployed revision about (``features:`` in patchset.yaml).
 FEATURES = {
     BUDGET_SCHEDULE: "DDTREE takes a budget by running batch size (--speculative-ddtree-budget-schedule)",
     BUDGET_SCHEDULE_CHAIN: "that schedule's BATCH:chain entries run DFlash's own decode step",
     BUDGET_AUTO: "the schedule 'auto': the worker chooses each step's budget from its own measurements",
+    BUDGET_SCHEDULE_GRAPHS: "several verify widths beside the target's CUDA graphs (the captured width "
+                            "replays, the others verify eagerly)",
 }
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")

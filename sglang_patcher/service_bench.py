@@ -37,12 +37,13 @@ def bench_host(host: Host, *, arms: Sequence[str] = ("none", "DFLASH", "DDTREE")
     in the local history; ``compare`` attaches the last comparable run; ``plot_path`` draws tokens/s
     against concurrency. ``sweep``: DDTREE at every budget (DFLASH beside it), then the fastest
     budget per concurrency becomes the host's ``serve.ddtree.budget_schedule`` in
-    ``inventory_path`` (comments kept) — when the profile serves without CUDA graphs, which this
-    patchset revision needs for several widths; otherwise the schedule is only shown.
+    ``inventory_path`` (comments kept) — where the deployed revision can serve it
+    (:mod:`.service_sweep`); otherwise the schedule is only shown.
 
     Raises ConfigError (no serve profile, no draft model for a speculative arm, a model path
-    missing on the host, ``auto`` on a host whose revision has no planner or a profile with CUDA
-    graphs — said before any server starts), ServerError
+    missing on the host, ``auto`` or a schedule the deployed revision cannot serve — before
+    revision 9 none of several widths beside CUDA graphs — said before any server starts),
+    ServerError
     (exit 9: a server did not start, or failed or died during the run), TransportError.
     """
     profile = host.serve
@@ -61,8 +62,6 @@ def bench_host(host: Host, *, arms: Sequence[str] = ("none", "DFLASH", "DDTREE")
     if "DDTREE" in arms:
         arm_list += _ddtree_arms(host, profile, list(budgets or cfg.budgets), sweep=sweep, log=log)
     schedules = sorted({a.schedule for a in arm_list if a.schedule})
-    for sched in schedules:     # the profile's side (CUDA graphs) before any connection
-        refuse_unservable_schedule(host, profile, sched, features=None)
     texts = load_prompts(prompts)
     with session(host) as (transport, info):
         check_model_paths(transport, host, profile, draft=any(a != "none" for a in arms))

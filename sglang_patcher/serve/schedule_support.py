@@ -2,14 +2,17 @@
 
 A profile's ``serve.ddtree.budget_schedule`` (or ``bench``'s ``auto`` arm) reaches the server as
 ``--speculative-ddtree-budget-schedule``. The server refuses what the deployed ddtree revision
-cannot run — a schedule before revision 3, ``chain`` entries before 4, ``auto`` before 7 — and, in
-every revision so far, a schedule of several verify widths (``auto`` and any ``chain`` entry
-included), or of one width other than the server budget's, while the target's CUDA graphs are
-captured (at the server budget's width). It refuses late: after the server has parsed its
-arguments, or loaded the model. ``check``, ``bench`` and ``apply``'s gates ask
-:func:`refuse_unservable_schedule` first and stop with one configuration error (exit 2) that names
-the host, the file and the way out; ``bench --sweep`` asks :func:`schedule_refusal` and does not
-write a table the host could not serve.
+cannot run — a schedule before revision 3, ``chain`` entries before 4, ``auto`` before 7 — and,
+before revision 9 (feature ``budget_schedule_graphs``), a schedule of several verify widths
+(``auto`` and any ``chain`` entry included), or of one width other than the server budget's,
+while the target's CUDA graphs are captured (at the server budget's width). From revision 9 the
+graphs replay the server budget's width and the other widths verify eagerly; what the server still
+refuses there (chain steps under a budget of the draft's block size - 1, whose width is the
+captured one) needs the draft model's block size, which only the server reads: it says so at
+start-up. The server refuses late: after it has parsed its arguments, or loaded the model.
+``check``, ``bench`` and ``apply``'s gates ask :func:`refuse_unservable_schedule` first and stop
+with one configuration error (exit 2) that names the host, the file and the way out; ``bench
+--sweep`` asks :func:`schedule_refusal` and does not write a table the host could not serve.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from dataclasses import dataclass
 
 from ..errors import ConfigError
 from ..inventory import Host
-from ..patchset import BUDGET_AUTO, BUDGET_SCHEDULE, BUDGET_SCHEDULE_CHAIN
+from ..patchset import BUDGET_AUTO, BUDGET_SCHEDULE, BUDGET_SCHEDULE_CHAIN, BUDGET_SCHEDULE_GRAPHS
 from .profile import ServeProfile
 from .schedule import CHAIN, is_auto, parse_entries
 
@@ -41,9 +44,10 @@ def schedule_refusal(host: Host, profile: ServeProfile, schedule: str | None, *,
     """Why DDTREE with ``schedule`` (the profile's, a bench arm's ``"auto"`` or a sweep's table;
     None: nothing to check) cannot be served on ``host``, or None when it can: the deployed
     revision (``features`` of :data:`sglang_patcher.patchset.FEATURES`; ``carried`` says which,
-    e.g. ``"ddtree r6"``; None: not known yet, only the profile is checked) lacks what the
-    schedule asks for, or the profile keeps CUDA graphs (captured at the server budget's verify
-    width) for a schedule of several widths or of another width.
+    e.g. ``"ddtree r6"``; None: not known yet, nothing is refused) lacks what the schedule asks
+    for, or — a revision without ``budget_schedule_graphs`` — the profile keeps CUDA graphs
+    (captured at the server budget's verify width) for a schedule of several widths or of another
+    width.
     ``budget``: the server's --speculative-ddtree-budget (the profile's when None), which clamps
     every tree budget of a table. Raises ScheduleError (a table that does not parse)."""
     if schedule is None:
@@ -63,15 +67,18 @@ def schedule_refusal(host: Host, profile: ServeProfile, schedule: str | None, *,
         off_width = ("several widths" if len(widths) > 1 else
                      None if widths == {top} else
                      f"{'DFlash' if chain else 'budget ' + str(min(widths))}'s width, not the server budget {top}'s")
-    if features is not None and need not in features:
+    if features is None:   # the revision is not known yet: asked again once it is
+        return None
+    if need not in features:
         return ScheduleRefusal(f"host {host.name} carries {carried}, which has no {what}: DDTREE would not "
                                f"start with budget schedule {schedule!r}",
                                f"apply a newer ddtree revision first, or change {where}")
-    if off_width and "--disable-cuda-graph" not in profile.args:
+    if off_width and "--disable-cuda-graph" not in profile.args and BUDGET_SCHEDULE_GRAPHS not in features:
         return ScheduleRefusal(f"host {host.name}: DDTREE budget schedule {schedule!r} verifies at {off_width}, "
-                               "which this ddtree revision runs only with --disable-cuda-graph (the target's "
+                               f"which {carried} runs only with --disable-cuda-graph (the target's "
                                "CUDA graphs are captured at the server budget's width)",
-                               f"add --disable-cuda-graph to serve.args of host {host.name} in "
+                               f"apply ddtree revision 9 or later (other widths verify eagerly beside the "
+                               f"graphs), add --disable-cuda-graph to serve.args of host {host.name} in "
                                f"{host.inventory_file}, or use a fixed budget")
     return None
 

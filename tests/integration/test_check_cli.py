@@ -215,7 +215,7 @@ def test_a_schedule_the_deployed_revision_cannot_serve_is_refused_before_any_ser
     """A profile asking for ``budget_schedule: auto`` on a host that carries ddtree r6 (no planner):
     ``check`` and ``bench`` say so as one configuration error (exit 2) before any server starts, a
     gate of an apply of r6 before anything is pushed; and a profile that keeps CUDA graphs is
-    refused for r7 too (several verify widths)."""
+    refused for r8 too (several verify widths; revision 9 verifies the other widths eagerly)."""
     models = tmp_path / "models"
     (models / "m").mkdir(parents=True)
     serve = {"model": str(models / "m"), "draft_model": str(models / "m"), "args": ["--disable-cuda-graph"],
@@ -232,9 +232,9 @@ def test_a_schedule_the_deployed_revision_cannot_serve_is_refused_before_any_ser
     code, data, err = run_json(capsys, *h, "bench", "--host", "here", "--budgets", "16,auto")
     assert code == 2 and "carries ddtree r6, which has no auto budget planner" in data["error"], data
     assert not servers.exists() or not any(servers.iterdir()), "a server was started"
-    # CUDA graphs kept: refused for r7 too, before the push
+    # CUDA graphs kept: refused for r8 too, before the push
     graphs = dict(serve, args=[])
     h2 = _hosts(tmp_path, local_target, serve=graphs)
-    code, data, err = run_json(capsys, *h2, "apply", "ddtree", "--host", "here", "--yes", "--gate", "check:2")
+    code, data, err = run_json(capsys, *h2, "apply", "ddtree@8", "--host", "here", "--yes", "--gate", "check:2")
     assert code == 2 and "verifies at several widths" in data["error"] and "--disable-cuda-graph" in data["hint"], data
     assert run_json(capsys, *h2, "status", "--host", "here")[1]["overall"] != "pristine"   # r6 still there

@@ -28,6 +28,7 @@ import pytest
 
 from tests.live import matrix
 from tests.live.test_live_negative_controls import FAULTS, inject
+from tests.live.test_live_startup_errors import assert_other_widths_go_eager, probe_graph_widths
 from tests.support import live_env, live_sglang as ls, venvs
 
 OTHER_RELEASES = [v for v in live_env.live_releases() if v != venvs.SGLANG_VERSION]
@@ -121,3 +122,10 @@ def test_an_injected_walk_fault_breaks_equality_on_the_release(release_runs, liv
     base = runs["target"]
     problems = [p for ph in fault.phases for p in ls.token_mismatches(base, run, ph)]
     assert problems, f"sglang {version}: the injected walk fault went unnoticed"
+
+
+def test_schedule_widths_beside_cuda_graphs_probe_the_releases_graph_runner(release_runs) -> None:
+    """The release's own DecodeCudaGraphRunner sends a width it did not capture to the eager
+    forward (what revision 9's schedules beside CUDA graphs rely on; see test_live_startup_errors)."""
+    _version, patched, _runs = release_runs
+    assert_other_widths_go_eager(probe_graph_widths(patched.python))

@@ -53,3 +53,66 @@ def test_refused_configuration_stops_the_server_with_its_error(case: str, ddtree
     assert proc.returncode != 0, f"the server accepted {case}:\n{out[-2000:]}"
     assert message in out, out[-3000:]
     assert "ValueError" in out, out[-3000:]
+
+
+# Budget schedules beside the target's CUDA graphs (ddtree revision 9): other widths than the
+# captured one verify eagerly because SGLang's decode graph runner sends them there itself. No
+# graph can be captured on this CPU; the installed worker's probe runs against SGLang's real
+# DecodeCudaGraphRunner class of the release (an instance with the two fields the probe reads),
+# and — the negative control — against that same class with its uniform-width lines taken out.
+GRAPH_WIDTH_PROBE = r"""
+import inspect, json, textwrap
+from sglang.srt.model_executor.runner import decode_cuda_graph_runner as dcgr
+from sglang.srt.speculative import ddtree_worker as wk
+from sglang.srt.speculative.ddtree_budget import parse_schedule
+
+def runner(cls):
+    r = cls.__new__(cls)
+    r.captured_req_width, r.ragged_verify_mode = 17, False
+    return r
+
+out = {}
+real = runner(dcgr.DecodeCudaGraphRunner)
+out["probe"] = wk.replays_only_its_width(real)
+sched = parse_schedule("1:16,4:3,16:chain", floor=3, ceiling=16)
+out["said"] = wk.check_widths_beside_graphs(sched, real, block_size=4)
+src = textwrap.dedent(inspect.getsource(dcgr.DecodeCudaGraphRunner.can_run_graph))
+line = "spec_info.num_tokens_per_req != self.captured_req_width"
+out["invariant_found"] = line in src
+scope = dict(vars(dcgr))
+exec(src.replace(line, "False"), scope)
+class WithoutInvariant(dcgr.DecodeCudaGraphRunner):
+    can_run_graph = scope["can_run_graph"]
+control = runner(WithoutInvariant)
+out["control_probe"] = wk.replays_only_its_width(control)
+try:
+    wk.check_widths_beside_graphs(sched, control, block_size=4)
+    out["control_refused"] = ""
+except ValueError as exc:
+    out["control_refused"] = str(exc)
+print("PROBE " + json.dumps(out))
+"""
+
+
+def probe_graph_widths(python: str) -> dict:
+    """Run :data:`GRAPH_WIDTH_PROBE` with ``python`` (a patched live venv's): its JSON answer."""
+    proc = subprocess.run([python, "-c", GRAPH_WIDTH_PROBE], capture_output=True, text=True, timeout=300,
+                          env=live_env.sglang_env())
+    line = next((x for x in proc.stdout.splitlines() if x.startswith("PROBE ")), None)
+    assert proc.returncode == 0 and line, proc.stdout[-2000:] + proc.stderr[-3000:]
+    return json.loads(line[len("PROBE "):])
+
+
+def assert_other_widths_go_eager(found: dict) -> None:
+    assert found["invariant_found"], "SGLang's can_run_graph no longer has the uniform-width line"
+    assert found["probe"] is True, found
+    assert found["said"] == ["DDTREE: the target's CUDA graphs replay the verify at budget 16 (17 tokens per "
+                             "request); steps at budgets [chain, 3] verify eagerly (a width the graphs were "
+                             "not captured at)."], found
+    # negative control: the same runner without the invariant would replay other widths: refused
+    assert found["control_probe"] is False, found
+    assert "would replay a graph captured at another verify width" in found["control_refused"], found
+
+
+def test_schedule_widths_beside_cuda_graphs_probe_sglangs_own_graph_runner(ddtree_venv) -> None:
+    assert_other_widths_go_eager(probe_graph_widths(ddtree_venv.python))

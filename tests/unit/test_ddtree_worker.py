@@ -92,22 +92,49 @@ def test_captured_verify_width_check():
         Wk.check_captured_verify_width(Runner(), 17)
 
 
-def test_a_schedule_of_several_widths_is_refused_with_cuda_graphs():
+class _StandInGraphRunner:
+    """Stands in for SGLang's decode CUDA graph runner (none can be built without a GPU): its
+    ``can_run_graph`` is the uniform-width invariant of 0.5.21 - 0.5.23's, reading only what the
+    invariant reads; ``invariant`` False stands for a runner that would replay any width."""
+
+    def __init__(self, captured_req_width: int, invariant: bool = True):
+        self.captured_req_width = captured_req_width
+        self.invariant = invariant
+
+    def can_run_graph(self, forward_batch):
+        if forward_batch.replace_embeds is not None:
+            return False
+        if self.invariant and forward_batch.spec_info.num_tokens_per_req != self.captured_req_width:
+            return False
+        return forward_batch.batch_size <= 64      # reads the batch further: a stand-in batch raises
+
+
+def test_a_schedule_of_several_widths_runs_beside_cuda_graphs_other_widths_eager():
+    """Revision 9: the graphs replay the server budget's width; a smaller tree or a chain step
+    verifies eagerly, as SGLang's runner does by itself for a width it did not capture (probed on
+    the runner). Refused: a runner without that fallback, and a chain step whose block width is
+    the captured one (budget B - 1: the tree-mask graph would replay without a mask)."""
     from patchsets.ddtree.modules.ddtree_budget import parse_schedule
 
-    class Runner:
-        captured_req_width = 17
-
+    runner = _StandInGraphRunner(17)
     several = parse_schedule("1:16,4:3", floor=3, ceiling=16)
-    Wk.check_schedule_without_graphs(several, None)              # eager: fine
-    Wk.check_schedule_without_graphs(None, Runner())              # no schedule: fine
-    Wk.check_schedule_without_graphs(parse_schedule("1:99", floor=3, ceiling=16), Runner())  # one width
-    with pytest.raises(ValueError, match="--disable-cuda-graph"):
-        Wk.check_schedule_without_graphs(several, Runner())
-    # a chain step verifies DFlash's block without the tree mask: another width, refused too
-    with pytest.raises(ValueError, match=r"budgets \[chain, 16\]"):
-        Wk.check_schedule_without_graphs(parse_schedule("1:16,8:chain", floor=3, ceiling=16), Runner())
-    Wk.check_schedule_without_graphs(parse_schedule("1:16,8:chain", floor=3, ceiling=16), None)
+    assert Wk.replays_only_its_width(runner)
+    assert not Wk.replays_only_its_width(_StandInGraphRunner(17, invariant=False))   # reads further: raises
+    assert not Wk.replays_only_its_width(object())                                   # no captured width
+    assert Wk.check_widths_beside_graphs(several, None, block_size=4) == []          # no graphs
+    assert Wk.check_widths_beside_graphs(None, runner, block_size=4) == []           # no schedule
+    assert Wk.check_widths_beside_graphs(parse_schedule("1:99", floor=3, ceiling=16), runner, block_size=4) == []
+    said = Wk.check_widths_beside_graphs(several, runner, block_size=4)
+    assert said == ["DDTREE: the target's CUDA graphs replay the verify at budget 16 (17 tokens per request); "
+                    "steps at budgets [3] verify eagerly (a width the graphs were not captured at)."]
+    with_chain = parse_schedule("1:16,8:chain", floor=3, ceiling=16)
+    assert "budgets [chain] verify eagerly" in Wk.check_widths_beside_graphs(with_chain, runner, block_size=4)[0]
+    with pytest.raises(ValueError, match="would replay a graph captured at another verify width"):
+        Wk.check_widths_beside_graphs(several, _StandInGraphRunner(17, invariant=False), block_size=4)
+    # budget 3 = B - 1: the chain's 4 tokens are the captured width, captured with the tree mask
+    with pytest.raises(ValueError, match=r"budgets \[chain, 3\] with --speculative-ddtree-budget 3 = block size - 1"):
+        Wk.check_widths_beside_graphs(parse_schedule("1:3,8:chain", floor=3, ceiling=3),
+                                      _StandInGraphRunner(4), block_size=4)
 
 
 def test_chain_steps_follow_the_schedule_and_have_no_tree_sizes():
@@ -162,21 +189,18 @@ def test_auto_budget_feeds_the_planner_from_step_intervals_and_host_accept_lengt
     assert w._budgets_tried == {(1, CHAIN)}                       # logged once per (bucket, budget)
 
 
-def test_auto_is_refused_with_cuda_graphs_of_one_width():
+def test_auto_runs_beside_cuda_graphs_other_widths_eager():
     from patchsets.ddtree.modules.ddtree_budget import AutoBudgetPlanner
 
-    class Runner:
-        captured_req_width = 17
-
-    Wk.check_schedule_without_graphs(None, None, AutoBudgetPlanner(3, 16))      # eager: fine
-    # refused at construction already, where the server's arguments say graphs will be captured
-    Wk.check_auto_without_graphs(AutoBudgetPlanner(3, 16), True)
-    Wk.check_auto_without_graphs(AutoBudgetPlanner(3, 16), None)                # unknown: left to the graphs
-    Wk.check_auto_without_graphs(None, False)                                   # no planner: fine
-    with pytest.raises(ValueError, match="auto chooses among budgets"):
-        Wk.check_auto_without_graphs(AutoBudgetPlanner(3, 16), False)
+    assert Wk.check_widths_beside_graphs(None, None, AutoBudgetPlanner(3, 16), block_size=4) == []   # eager
+    said = Wk.check_widths_beside_graphs(None, _StandInGraphRunner(17), AutoBudgetPlanner(3, 16), block_size=4)
+    assert "budgets [chain, 3, 7, 15] verify eagerly" in said[0], said
     with pytest.raises(ValueError, match=r"auto chooses among budgets \[chain, 3, 7, 15, 16\].*--disable-cuda-graph"):
-        Wk.check_schedule_without_graphs(None, Runner(), AutoBudgetPlanner(3, 16))
+        Wk.check_widths_beside_graphs(None, _StandInGraphRunner(17, invariant=False), AutoBudgetPlanner(3, 16),
+                                      block_size=4)
+    # auto up to B - 1 chooses between the chain and the floor tree, both the captured width
+    with pytest.raises(ValueError, match="would replay them without one"):
+        Wk.check_widths_beside_graphs(None, _StandInGraphRunner(4), AutoBudgetPlanner(3, 3), block_size=4)
 
 
 def test_start_up_checks_read_only_what_sglang_has_built_by_then():

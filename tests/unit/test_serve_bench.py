@@ -207,20 +207,6 @@ def test_profile_bench_budgets_take_auto_too():
             ServeProfile(model="/m", bench={"budgets": bad})
 
 
-def test_bench_auto_needs_a_profile_without_cuda_graphs_said_before_any_connection():
-    """This ddtree revision refuses ``auto`` beside the target's CUDA graphs (one captured width):
-    bench says so before it connects (the host here has no address: a connection would fail)."""
-    from sglang_patcher.errors import ConfigError
-    from sglang_patcher.inventory import Host
-    from sglang_patcher.service_bench import bench_host
-
-    host = Host(name="gpu", hostname="gpu.invalid", python="/usr/bin/python3",
-                serve={"model": "/m", "draft_model": "/d", "args": ["--mem-fraction-static", "0.8"]})
-    with pytest.raises(ConfigError, match="gpu: DDTREE budget schedule .auto. verifies at several widths") as e:
-        bench_host(host, budgets=[8, "auto"], store_run=False)
-    assert "--disable-cuda-graph to serve.args of host gpu" in e.value.hint
-
-
 def test_bench_measures_the_profile_schedule_as_served_and_says_when_fixed_budgets_leave_it_out():
     """A fresh user's profile served DDTREE with a budget schedule, and `bench` measured only a
     fixed budget without saying so. Now the default DDTREE arm is the profile's schedule (DDTREE as
@@ -263,24 +249,11 @@ def test_bench_schedule_budget_needs_a_profile_schedule():
         ServeProfile(model="/m", bench={"budgets": ["schedule"]})
 
 
-def test_bench_with_the_profile_schedule_and_cuda_graphs_is_refused_before_any_connection():
-    """The schedule arm is checked like `check` checks the profile: several widths beside CUDA
-    graphs are refused up front (the host has no address: a connection would fail)."""
-    from sglang_patcher.errors import ConfigError
-    from sglang_patcher.inventory import Host
-    from sglang_patcher.service_bench import bench_host
-
-    host = Host(name="gpu", hostname="gpu.invalid", python="/usr/bin/python3",
-                serve={"model": "/m", "draft_model": "/d", "ddtree": {"budget": 32, "budget_schedule": "1:32,16:8"}})
-    with pytest.raises(ConfigError, match="schedule '1:32,16:8' verifies at several widths"):
-        bench_host(host, store_run=False)
-
-
 def test_a_sweep_that_chose_one_budget_everywhere_sets_the_server_budget_to_it_and_keeps_cuda_graphs(tmp_path):
     """With CUDA graphs kept (captured at the server budget's width), a table of one width other
     than the server budget was refused and not written. A sweep whose every concurrency chose the
     same budget now sets the server budget to it — lowered from 32 to 8 here — and the table
-    verifies at the captured width; several widths are still refused there."""
+    verifies at the captured width; several widths are still refused there before revision 9."""
     from sglang_patcher.inventory import load_inventory
     from sglang_patcher.service_sweep import write_sweep
 
@@ -301,6 +274,13 @@ def test_a_sweep_that_chose_one_budget_everywhere_sets_the_server_budget_to_it_a
     write_sweep(r, host, host.serve, inv)
     assert r.schedule == "1:8,2:16,8:chain" and "verifies at several widths" in r.schedule_written
     assert load_inventory(inv).hosts["gpu"].serve.ddtree.budget_schedule == "1:8"     # left as it was
+    # a host carrying revision 9 serves several widths beside the graphs (the others eager): written,
+    # the budget widened to the widest chosen (the captured width)
+    r = sweep_run(9)
+    r.args = []
+    write_sweep(r, host, host.serve, inv)
+    dd = load_inventory(inv).hosts["gpu"].serve.ddtree
+    assert (dd.budget, dd.budget_schedule) == (16, "1:8,2:16,8:chain"), r.schedule_written
 
 
 def test_an_unquoted_one_entry_schedule_is_refused_with_the_quoting_fix_and_a_sweep_writes_it_quoted(tmp_path):

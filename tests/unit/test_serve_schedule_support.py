@@ -14,6 +14,7 @@ from sglang_patcher.serve.schedule_support import refuse_unservable_schedule
 R3 = {"budget_schedule"}
 R4 = R3 | {"budget_schedule_chain"}
 R7 = R4 | {"budget_auto"}
+R9 = R7 | {"budget_schedule_graphs"}
 
 
 def host(args=("--disable-cuda-graph",), budget=16) -> Host:
@@ -41,11 +42,14 @@ def test_a_revision_without_the_feature_is_named(schedule, features, needs):
 
 
 @pytest.mark.parametrize("schedule", ["auto", "1:16,8:chain", "1:16,8:4", "1:32,8:16"])
-def test_several_widths_need_the_profile_without_cuda_graphs(schedule):
+def test_several_widths_need_the_profile_without_cuda_graphs_before_revision_9(schedule):
     h = host(args=("--mem-fraction-static", "0.8"), budget=64)
-    with pytest.raises(ConfigError, match="verifies at several widths") as e:
+    with pytest.raises(ConfigError, match="verifies at several widths, which ddtree r7 runs only with") as e:
         refuse_unservable_schedule(h, h.serve, schedule, features=R7, carried="ddtree r7")
     assert "--disable-cuda-graph to serve.args of host gpu" in e.value.hint
+    assert "apply ddtree revision 9 or later" in e.value.hint
+    # revision 9: the captured width replays, the others verify eagerly beside the graphs
+    refuse_unservable_schedule(h, h.serve, schedule, features=R9, carried="ddtree r9")
 
 
 def test_one_width_after_clamping_keeps_cuda_graphs():
@@ -68,6 +72,7 @@ def test_one_width_other_than_the_budget_needs_the_profile_without_cuda_graphs(s
     with pytest.raises(ConfigError, match=re.escape(said)) as e:
         refuse_unservable_schedule(h, h.serve, schedule, features=R7, carried="ddtree r7")
     assert "--disable-cuda-graph to serve.args of host gpu" in e.value.hint
+    refuse_unservable_schedule(h, h.serve, schedule, features=R9, carried="ddtree r9")
     h = host(budget=16)          # --disable-cuda-graph: any width
     refuse_unservable_schedule(h, h.serve, schedule, features=R7, carried="ddtree r7")
 

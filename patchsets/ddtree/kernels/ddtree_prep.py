@@ -114,15 +114,22 @@ def tie_fix_triton(x: torch.Tensor, vals: torch.Tensor, ids: torch.Tensor) -> to
 
 
 @triton.jit
+def _chunk_exp_sum(xf, cm):
+    """The sum of exp(xf - cm) over a chunk's float32 values ``xf`` (-inf where masked) and its
+    maximum ``cm`` (0 for an all -inf chunk): the second log-sum-exp partial, one formula for
+    ``_chunk_lse_partials`` and ``_bd_pass_a`` (which takes its maximum another way)."""
+    e = tl.where(xf > float("-inf"), tl.exp(xf - cm), 0.0)
+    return tl.where(cm > float("-inf"), tl.sum(e, axis=0), 0.0)
+
+
+@triton.jit
 def _chunk_lse_partials(x):
     """Log-sum-exp partials of one chunk (16/32-bit floats, -inf where masked): its float32
     maximum and the sum of exp(x - max) (0 for an all -inf chunk). Every chunked prep uses this
     one formula, so their lse values are bit-identical."""
     xf = x.to(tl.float32)
     cm = tl.max(xf, axis=0)
-    e = tl.where(xf > float("-inf"), tl.exp(xf - cm), 0.0)
-    cs = tl.where(cm > float("-inf"), tl.sum(e, axis=0), 0.0)
-    return cm, cs
+    return cm, _chunk_exp_sum(xf, cm)
 
 
 @triton.jit
@@ -549,9 +556,7 @@ def _bd_pass_a(x_ptr, pm_ptr, ps_ptr, sbm_ptr, NCH, V: tl.constexpr, CH: tl.cons
         else:
             o = tl.where(m, _ord16(x), -1)
         sb = tl.max(tl.reshape(o, [CH // SB, SB]), axis=1)
-    # the formula of _chunk_lse_partials (the same cm and e: bit-identical partials)
-    e = tl.where(xf > float("-inf"), tl.exp(xf - cm), 0.0)
-    cs = tl.where(cm > float("-inf"), tl.sum(e, axis=0), 0.0)
+    cs = _chunk_exp_sum(xf, cm)   # _chunk_lse_partials' formula: bit-identical partials
     tl.store(pm_ptr + row * NCH + ch, cm)
     tl.store(ps_ptr + row * NCH + ch, cs)
     tl.store(sbm_ptr + (row * NCH + ch) * (CH // SB) + tl.arange(0, CH // SB), sb)

@@ -91,8 +91,8 @@ __all__ = [
     "check_draft_head",
     "check_lm_head",
     "check_captured_verify_width",
-    "check_schedule_without_graphs",
-    "check_auto_without_graphs",
+    "check_widths_beside_graphs",
+    "replays_only_its_width",
     "draft_head_topk",
     "draft_head_logits",
     "DDTreeWorker",
@@ -192,45 +192,96 @@ def check_captured_verify_width(graph_runner: Any, verify_width: int) -> None:
         )
 
 
-def check_schedule_without_graphs(schedule: Optional[BudgetSchedule], graph_runner: Any,
-                                  planner: Optional[AutoBudgetPlanner] = None) -> None:
-    """Refuse a budget schedule (or the ``auto`` planner) whose widths differ from the one the
-    target's decode CUDA graphs were captured at (this revision captures one verify width; a chain
-    step verifies DFlash's block, another width). Raises ValueError."""
-    if graph_runner is None:
-        return
-    if planner is not None:
-        raise _auto_with_graphs(planner)
-    if schedule is None:
-        return
-    widths = schedule.budgets()
-    if widths != [schedule.ceiling]:
-        shown = ", ".join("chain" if n == CHAIN else str(n) for n in widths)
-        raise ValueError(
-            "DDTREE --speculative-ddtree-budget-schedule gives budgets "
-            f"[{shown}], but the target's decode CUDA graphs are captured at one verify width "
-            f"(budget {schedule.ceiling} + 1) in this revision of the sglpatch ddtree patchset. "
-            "Serve with --disable-cuda-graph, or without the schedule."
-        )
+def replays_only_its_width(graph_runner: Any) -> bool:
+    """Whether the target's decode graph runner sends a verify of another width than it captured
+    to the eager forward (SGLang 0.5.21 - 0.5.23: ``can_run_graph``'s uniform-width invariant).
 
+    Probed on the runner itself with a stand-in batch one token wider than its capture: the
+    invariant answers False before reading anything else of the batch. A runner that reads
+    further (raises) or answers True would replay a graph of the wrong width: False here.
 
-def _auto_with_graphs(planner: AutoBudgetPlanner) -> ValueError:
-    shown = ", ".join("chain" if n == CHAIN else str(n) for n in planner.candidates)
-    return ValueError(
-        f"DDTREE --speculative-ddtree-budget-schedule auto chooses among budgets [{shown}], "
-        "but the target's decode CUDA graphs are captured at one verify width in this "
-        "revision of the sglpatch ddtree patchset. Serve with --disable-cuda-graph, or give "
-        "a fixed --speculative-ddtree-budget without the schedule."
+    Args:
+      graph_runner: the target ``ModelRunner.decode_cuda_graph_runner`` (not None).
+    """
+    from types import SimpleNamespace
+
+    captured = getattr(graph_runner, "captured_req_width", None)
+    if captured is None:
+        return False
+    probe = SimpleNamespace(
+        replace_embeds=None,
+        spec_info=SimpleNamespace(num_tokens_per_req=int(captured) + 1),
     )
+    try:
+        return graph_runner.can_run_graph(probe) is False
+    except Exception:  # noqa: BLE001 - it read more than the invariant needs: not the fallback
+        return False
 
 
-def check_auto_without_graphs(planner: Optional[AutoBudgetPlanner], disable_cuda_graph: Optional[bool]) -> None:
-    """The ``auto`` planner refused at the worker's construction — before the draft model, the
-    memory pools and the CUDA graphs — when the server will capture graphs
-    (``server_args.disable_cuda_graph`` False; None: unknown, left to ``init_cuda_graphs``'s
-    check of the captured graphs). Raises ValueError."""
-    if planner is not None and disable_cuda_graph is not None and not disable_cuda_graph:
-        raise _auto_with_graphs(planner)
+def check_widths_beside_graphs(
+    schedule: Optional[BudgetSchedule],
+    graph_runner: Any,
+    planner: Optional[AutoBudgetPlanner] = None,
+    *,
+    block_size: int,
+    eager_fallback: Optional[bool] = None,
+) -> list[str]:
+    """Check that every verify width of a budget schedule (or of the ``auto`` planner) can run
+    beside the target's decode CUDA graphs, and say how each runs.
+
+    The graphs are captured at the server budget's width (budget + 1 tokens, with the tree mask).
+    A step of that width replays them; a step of another width — a smaller tree, or a chain step
+    (DFlash's verify of the block, causal) — runs the target verify eagerly, which SGLang's graph
+    runner does by itself for a width it did not capture (``replays_only_its_width``).
+
+    Args:
+      schedule: the parsed ``--speculative-ddtree-budget-schedule`` (None: none or ``auto``).
+      graph_runner: the target ``ModelRunner.decode_cuda_graph_runner`` (None: no graphs).
+      planner: the ``auto`` planner (None: a fixed schedule or none).
+      block_size: DFlash's block B (a chain step verifies B tokens).
+      eager_fallback: the probe's answer (None: probe ``graph_runner``).
+    Returns:
+      Lines for the log: what replays and what runs eagerly ([] without graphs or without
+      several widths).
+    Raises:
+      ValueError: a chain step whose width B equals the captured width (budget = B - 1: it would
+      replay the tree-mask graph without a mask), or several widths on a runner without the
+      uniform-width fallback.
+    """
+    if graph_runner is None or (schedule is None and planner is None):
+        return []
+    if planner is not None:
+        budgets, ceiling, what = list(planner.candidates), planner.ceiling, "auto chooses among budgets"
+    else:
+        budgets, ceiling, what = schedule.budgets(), schedule.ceiling, "gives budgets"
+    shown = ", ".join("chain" if n == CHAIN else str(n) for n in budgets)
+    others = [n for n in budgets if n != ceiling]
+    if not others:
+        return []
+    flag = "--speculative-ddtree-budget-schedule " + ("auto" if planner is not None else "")
+    if CHAIN in budgets and block_size == ceiling + 1:
+        raise ValueError(
+            f"DDTREE {flag.strip()} {what} [{shown}] with --speculative-ddtree-budget {ceiling} = block "
+            f"size - 1: a chain step verifies the block's {block_size} tokens, the width the target's "
+            "CUDA graphs were captured at with the tree mask, and would replay them without one. "
+            f"Give --speculative-ddtree-budget {block_size} or more, a schedule without chain "
+            "entries, or serve with --disable-cuda-graph."
+        )
+    if eager_fallback is None:
+        eager_fallback = replays_only_its_width(graph_runner)
+    if not eager_fallback:
+        raise ValueError(
+            f"DDTREE {flag.strip()} {what} [{shown}], but this SGLang's decode CUDA graph runner "
+            "would replay a graph captured at another verify width (its can_run_graph does not "
+            "send other widths to the eager forward). Serve with --disable-cuda-graph, or give a "
+            "fixed --speculative-ddtree-budget without the schedule."
+        )
+    eager = ", ".join("chain" if n == CHAIN else str(n) for n in others)
+    return [
+        f"DDTREE: the target's CUDA graphs replay the verify at budget {ceiling} "
+        f"({ceiling + 1} tokens per request); steps at budgets [{eager}] verify eagerly "
+        "(a width the graphs were not captured at)."
+    ]
 
 
 def draft_head_logits(hidden: torch.Tensor, weight: torch.Tensor, num_org: int) -> torch.Tensor:
@@ -353,7 +404,6 @@ class DDTreeWorker(_WorkerBase):  # type: ignore[misc,valid-type]
                     f"--speculative-ddtree-budget {floor} or more (the widest tree it may verify)."
                 )
             planner = AutoBudgetPlanner(floor, sizes.budget)
-            check_auto_without_graphs(planner, getattr(server_args, "disable_cuda_graph", None))
         # SGLang 0.5.23 builds this worker before the memory pools, the attention backends and the
         # CUDA graphs (Scheduler.init_model_worker): the target's backend is checked in
         # init_attention_backends, the captured verify width in init_cuda_graphs.
@@ -477,7 +527,13 @@ class DDTreeWorker(_WorkerBase):  # type: ignore[misc,valid-type]
         super().init_cuda_graphs()
         graph_runner = getattr(self.target_worker.model_runner, "decode_cuda_graph_runner", None)
         check_captured_verify_width(graph_runner, self.ddtree_sizes.verify_width)
-        check_schedule_without_graphs(self.budget_schedule, graph_runner, self.budget_planner)
+        for line in check_widths_beside_graphs(
+            self.budget_schedule,
+            graph_runner,
+            self.budget_planner,
+            block_size=self.ddtree_sizes.block_size,
+        ):
+            logger.info(line)
 
     # -- DFlash hooks -----------------------------------------------------------------------
     def _maybe_build_draft_sampler(self):
