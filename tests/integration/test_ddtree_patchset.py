@@ -278,14 +278,14 @@ def test_revision_6_is_frozen_and_recognised_by_the_current_revision(ps, version
 
 
 @pytest.mark.parametrize("version", RELEASES)
-def test_revision_7_is_frozen_and_recognised_by_revision_8(ps, version):
+def test_revision_7_is_frozen_and_recognised_by_the_current_revision(ps, version):
     """Revision 8 changes the top-K preps' first pass (ddtree_prep.py), the planner's plan counter
-    (ddtree_budget.py) and the worker's logging of it (ddtree_worker.py): no SGLang file. Revision 7
-    stays loadable as ``ddtree@7`` and a host carrying it is recognised file by file: patched@r7
-    exactly on those three files."""
+    (ddtree_budget.py) and the worker's logging of it (ddtree_worker.py): no SGLang file (revision
+    9 changes two of those three again). Revision 7 stays loadable as ``ddtree@7`` and a host
+    carrying it is recognised file by file: patched@r7 exactly on those three files."""
     tree = _pristine_tree(version)
     r7 = load_patchset("ddtree@7")
-    assert (ps.revision, r7.revision) == (8, 7)
+    assert ps.revision >= 8 and r7.revision == 7
     assert r7.root == DDTREE / "history" / "r7" and r7.versions == ps.versions
     r7.render(version, tree.read)
     e7, e8 = r7.target(version).expected, ps.target(version).expected
@@ -295,6 +295,27 @@ def test_revision_7_is_frozen_and_recognised_by_revision_8(ps, version):
                        "sglang/srt/speculative/ddtree_worker.py"}, changed
     for path, sha in e7.items():
         assert ps.classify(path, sha, version=version) == ("patched@r7" if path in changed else "patched"), path
+
+
+@pytest.mark.parametrize("version", RELEASES)
+def test_revision_8_is_frozen_and_recognised_by_revision_9(ps, version):
+    """Revision 9 runs schedules beside the target's CUDA graphs (ddtree_worker.py) and shares the
+    prep's exp-sum (ddtree_prep.py): no SGLang file. Revision 8 stays loadable as ``ddtree@8`` and
+    a host carrying it is recognised file by file: patched@r8 exactly on those two files."""
+    tree = _pristine_tree(version)
+    r8 = load_patchset("ddtree@8")
+    assert (ps.revision, r8.revision) == (9, 8)
+    assert r8.root == DDTREE / "history" / "r8" and r8.versions == ps.versions
+    r8.render(version, tree.read)
+    e8, e9 = r8.target(version).expected, ps.target(version).expected
+    assert ps.spec.history[8][version] == e8 and set(e8) == set(e9)
+    changed = {p for p, sha in e8.items() if e9[p] != sha}
+    assert changed == {"sglang/kernels/ops/speculative/ddtree_prep.py",
+                       "sglang/srt/speculative/ddtree_worker.py"}, changed
+    for path, sha in e8.items():
+        assert ps.classify(path, sha, version=version) == ("patched@r8" if path in changed else "patched"), path
+    # what sglpatch asks a deployed revision about: beside CUDA graphs from revision 9 only
+    assert "budget_schedule_graphs" in ps.features_at(9) and "budget_schedule_graphs" not in ps.features_at(8)
 
 
 @pytest.mark.parametrize("version", RELEASES)
