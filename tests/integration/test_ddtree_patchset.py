@@ -44,7 +44,7 @@ L1_SCRIPT = DDTREE / "checks" / "l1_ddtree.py"
 README = DDTREE / "README.md"
 V = "0.5.23"             # the release the revision history and the README's site table are of
 RELEASES = load_patchset(DDTREE).versions
-L1_CHECKS = 32          # revision 7 (4 to 6 had 30, revision 3 had 26, revision 2 had 25, revision 1 had 10)
+L1_CHECKS = 33          # revision 9 (7 and 8 had 32, 4 to 6 had 30, revision 3 had 26, revision 2 had 25, revision 1 had 10)
 
 
 def _sha(data: bytes) -> str:
@@ -497,7 +497,8 @@ def test_l1_passes_on_the_patched_tree(l1_patched_venv, release):
     # The L1 venv (sglang_patcher/data/sglang-0.5.23-cpu-requirements.txt) has no transformers:
     # the checks that import SGLang's model-executor stack say so; everything else must pass.
     needs_transformers = {"DDTreeWorker subclasses DFlashWorkerV2", "capture input carries the tree mask",
-                          "KV reservation is block + max(block, budget + 1)"}
+                          "KV reservation is block + max(block, budget + 1)",
+                          "other verify widths run eagerly beside the CUDA graphs"}
     bad = {n: c for n, c in checks.items() if c["status"] != "passed"
            and not (n in needs_transformers and c["status"] == "skipped"
                     and c["detail"].startswith("missing module "))}

@@ -434,6 +434,23 @@ def check_reserve(mods):
     return f"DDTREE {got[0]} = {BLOCK} + max({BLOCK}, {BUDGET + 1}); DFLASH {got[1]}{note}"
 
 
+def check_graph_width_fallback(mods):
+    """Revision 9 runs budget schedules beside the target's CUDA graphs: the decode graph runner
+    must send a verify of a width it did not capture to the eager forward (the worker's start-up
+    probe, here on this install's DecodeCudaGraphRunner class; no graph is captured)."""
+    runner_mod = _sglang_import("sglang.srt.model_executor.runner.decode_cuda_graph_runner")
+    worker = _sglang_import("sglang.srt.speculative.ddtree_worker")
+    cls = runner_mod.DecodeCudaGraphRunner
+    runner = cls.__new__(cls)          # nothing captured: the probe reads two fields
+    runner.captured_req_width, runner.ragged_verify_mode = BUDGET + 1, False
+    if not worker.replays_only_its_width(runner):
+        raise CheckFailed("DecodeCudaGraphRunner.can_run_graph does not send a verify of another width "
+                          "than its capture to the eager forward: DDTREE budget schedules and auto need "
+                          "--disable-cuda-graph on this install (the server refuses them otherwise)")
+    return (f"a runner captured at {BUDGET + 1} tokens per request sends {BUDGET + 2} to the eager "
+            "forward: other schedule widths verify eagerly beside the graphs")
+
+
 CHECKS = (
     ("from_string DDTREE", check_from_string),
     ("plugin registry accepts registrations", check_registry),
@@ -457,6 +474,7 @@ CHECKS = (
     ("target verify width is budget + 1", check_widths),
     ("capture input carries the tree mask", check_capture_input),
     ("KV reservation is block + max(block, budget + 1)", check_reserve),
+    ("other verify widths run eagerly beside the CUDA graphs", check_graph_width_fallback),
 )
 # every result's name, in the order run() reports them
 CHECK_NAMES = ("import patched modules", *(name for name, _ in CHECKS))
