@@ -4,5 +4,5 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh --demo
-PY=${PYTHON:-python3}
+PY=$(bash scripts/python.sh)      # the interpreter setup.sh installed into
 exec $PY -m sglang_patcher demo "$@"

@@ -24,7 +24,7 @@ if [ ${#need_apt[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need_apt[@]}" >/dev/null
 fi
 
-PY=${PYTHON:-python3}
+PY=$(bash scripts/python.sh)      # $PYTHON, python3, or .venv where python3 refuses pip
 FIND_LINKS=()
 [ -d /opt/wheels ] && FIND_LINKS=(--find-links /opt/wheels)
 if [ $DEMO = 1 ]; then

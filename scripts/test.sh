@@ -4,7 +4,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh || exit 1
-PY=${PYTHON:-python3}
+PY=$(bash scripts/python.sh)      # the interpreter setup.sh installed into
 # Without a GPU, Triton kernels (ours and SGLang's tree verify) run in Triton's CPU interpreter.
 if ! command -v nvidia-smi >/dev/null 2>&1; then
   export TRITON_INTERPRET=1
