@@ -94,10 +94,14 @@ class CheckReport:
         """What these checks did not prove about the host, by the highest level that ran."""
         top = max((int(lv[1:]) for lv in self.levels_run), default=-1)
         out = []
+        if top < 1:
+            # L1 never ran here, or every L1 check was skipped (a missing dependency): not imported
+            why = "; every L1 check was skipped here" if any(c.level == "L1" for c in self.checks) else ""
+            out.append("that the patched modules import and pass the patchset's L1 checks (`sglpatch check "
+                       f"--level 1` on a host with SGLang's dependencies{why})")
         if top < 2:
             out.append("that the patched server starts (`sglpatch check --level 2`, with the host's "
-                       "serve profile): L0/L1 compile and import the patched modules and validate the "
-                       "arguments; no worker is constructed and no server started")
+                       "serve profile; no worker was constructed and no server started here)")
         if top < 3:
             out.append("that speculative decoding gives the target's tokens (`sglpatch check --level 3`)")
         return out

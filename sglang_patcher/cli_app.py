@@ -76,7 +76,12 @@ class AppContext:
             from .sandbox import sandbox_host
             return sandbox_host()
         assert inv is not None
-        return inv.get(name)  # raises InventoryError listing the known hosts
+        try:
+            return inv.get(name)  # raises InventoryError listing the known hosts
+        except InventoryError as exc:   # ... and sandbox, which every command takes besides them
+            if "sandbox" not in inv.names():
+                exc.hint = (exc.hint or "") + "; `--host sandbox` (the embedded default target) works too"
+            raise
 
     @property
     def meter(self) -> Meter:

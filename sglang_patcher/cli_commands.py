@@ -47,11 +47,18 @@ def hosts_cmd(app: AppContext, check: bool, tag: str | None) -> None:
 
 
 @cli.command("snapshot")
-@click.argument("host")
+@click.argument("host", required=False)
+@click.option("--host", "host_option", default=None, metavar="HOST",
+              help="The host, as every other command names it (the same as the HOST argument).")
 @pass_app
-def snapshot_cmd(app: AppContext, host: str) -> None:
+def snapshot_cmd(app: AppContext, host: str | None, host_option: str | None) -> None:
     """Mirror HOST's SGLang install locally with a hashed manifest."""
-    app.result(service_snapshot.snapshot_host(app.host(host), log=app.say, meter=app.meter))
+    if host and host_option and host != host_option:
+        raise click.UsageError(f"two hosts given: {host} and --host {host_option}; name one")
+    name = host or host_option
+    if not name:
+        raise click.UsageError("name the host: `sglpatch snapshot HOST` (or --host HOST)")
+    app.result(service_snapshot.snapshot_host(app.host(name), log=app.say, meter=app.meter))
 
 
 @cli.command("diff")
@@ -271,6 +278,9 @@ def check_cmd(app: AppContext, host_name: str, level: int | None, prompts: Path 
     # "check --level N": the level asked for; a failure below it (nothing deployed) stops the rest
     said = (f"{host.name}: check --level {result.level}: {len(failed)} check(s) failed: "
             + "; ".join(f"{c.level} {c.name}" for c in failed))
+    if len(failed) == 1 and failed[0].detail:   # one failure: its reason in the error's own line
+        why = " ".join(failed[0].detail.split())
+        said += f" — {why[:400]}" + ("…" if len(why) > 400 else "")
     if app.as_json:
         data = result.to_json()
         if failed:
@@ -288,8 +298,12 @@ def check_cmd(app: AppContext, host_name: str, level: int | None, prompts: Path 
 def _ints(text: str | None, option: str = "--concurrency") -> list[int] | None:
     if text is None:
         return None
+    parts = [x.strip() for x in text.split(",")]
+    if "" in parts:       # "1,,4" or a trailing comma: an empty entry, as --budgets says
+        raise click.BadParameter(f"{text!r}: an empty entry; give numbers separated by commas, e.g. 1,4,16",
+                                 param_hint=option)
     try:
-        vals = [int(x) for x in text.split(",") if x.strip()]
+        vals = [int(x) for x in parts]
     except ValueError:
         raise click.BadParameter(f"{text!r}: give numbers separated by commas, e.g. 1,4,16",
                                  param_hint=option) from None
@@ -346,10 +360,15 @@ def bench_cmd(app: AppContext, host_name: str, concurrency: str | None, budgets:
               compare: bool, plot_path: Path | None, client: str, sweep: bool) -> None:
     """Output tokens/s, time per output token and accept length of the target alone, DFLASH and
     DDTREE on a host, side by side; stored in the local history. Exit 9 when a server fails."""
-    host = app.host(host_name)
     arm_list = [a.strip() for a in arms.split(",") if a.strip()]
+    if not arm_list:
+        raise click.BadParameter(f"{arms!r}: name at least one of none, DFLASH, DDTREE", param_hint="--arms")
     if sweep:
+        if click.get_current_context().get_parameter_source("arms") is not click.core.ParameterSource.DEFAULT:
+            raise click.BadParameter("--sweep measures DFLASH and DDTREE (at every --budgets): leave --arms out",
+                                     param_hint="--arms")
         arm_list = ["DFLASH", "DDTREE"]
+    host = app.host(host_name)
     if budgets is not None and "DDTREE" not in arm_list:
         raise click.BadParameter(f"--budgets {budgets} measures DDTREE, which --arms {arms} leaves out",
                                  param_hint="--budgets")

@@ -65,6 +65,9 @@ def apply_patchset(name: str, host: Host, *, dry_run: bool = False, force: bool 
         result.warnings.append(withdrawn)
     if result.status in ("dry_run", "aborted"):
         return result
+    proved_nothing = _l1_all_skipped(result)
+    if proved_nothing:    # the apply's smoke gate lets skips pass; `check --level 1` fails them
+        result.warnings.append(proved_nothing)
     for gate in gates:
         log(f"{host.name}: gate {gate}")
         try:
@@ -130,3 +133,19 @@ def _run_gate(host: Host, gate: Gate, log: Log) -> str | None:
     if not short:
         return None
     return f"DDTREE tokens/s below {gate.min_ratio:g} x DFLASH's: " + "; ".join(short)
+
+
+def _l1_all_skipped(result: deploy.DeployResult) -> str | None:
+    """The warning for an apply whose L1 smoke checks all skipped (e.g. SGLang's dependencies are
+    missing on the host): the deployment was not shown to import, though apply's gate passed
+    (skips do not fail it; ``check --level 1`` does fail them). None otherwise."""
+    checks = result.checks
+    l1 = [c for c in checks.checks if c.level == "L1"] if checks is not None else []
+    if not l1 or any(c.status != "skipped" for c in l1):
+        return None
+    why = sorted({" ".join(c.detail.split()) for c in l1 if c.detail})
+    shown = "; ".join(why[:2]) + (f"; … ({len(why) - 2} more)" if len(why) > 2 else "")
+    return (f"every L1 smoke check was skipped on {result.host}" + (f" ({shown})" if shown else "")
+            + ": the patched modules were not imported, so this apply proves only that they compile "
+              f"(L0); `sglpatch check --host {result.host} --level 1` fails until the host has SGLang's "
+              "dependencies (a serving install has them)")

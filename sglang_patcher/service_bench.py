@@ -40,7 +40,8 @@ def bench_host(host: Host, *, arms: Sequence[str] = ("none", "DFLASH", "DDTREE")
     ``inventory_path`` (comments kept) — where the deployed revision can serve it
     (:mod:`.service_sweep`); otherwise the schedule is only shown.
 
-    Raises ConfigError (no serve profile, no draft model for a speculative arm, a model path
+    Raises ConfigError (no serve profile, ``plot_path`` without matplotlib, no draft model for a
+    speculative arm, a model path
     missing on the host, ``auto`` or a schedule the deployed revision cannot serve — before
     revision 9 none of several widths beside CUDA graphs — said before any server starts),
     ServerError
@@ -56,6 +57,13 @@ def bench_host(host: Host, *, arms: Sequence[str] = ("none", "DFLASH", "DDTREE")
     if any(a != "none" for a in arms) and not profile.draft_model:
         raise ConfigError(f"host {host.name}: DFLASH and DDTREE need serve.draft_model",
                           hint="add the DFlash draft model's path on the host, or bench --arms none")
+    if plot_path is not None:   # said before the run, not after an hour of it
+        try:
+            import matplotlib  # noqa: F401
+        except ImportError:
+            raise ConfigError("--plot needs matplotlib, which is not installed here",
+                              hint="pip install matplotlib (it comes with sglpatch's ddtree extra: "
+                                   "pip install -e '.[ddtree]'), or leave --plot out") from None
     cfg = profile.bench
     conc = list(concurrency or cfg.concurrency)
     arm_list = [BenchArm(a) for a in arms if a != "DDTREE"]
@@ -78,10 +86,7 @@ def bench_host(host: Host, *, arms: Sequence[str] = ("none", "DFLASH", "DDTREE")
     if store_run:
         store(run, home)
     if plot_path is not None:
-        try:
-            plot(run, plot_path)
-        except ImportError:
-            log("no plot: matplotlib is not installed (pip install matplotlib)")
+        plot(run, plot_path)
     if sweep:
         write_sweep(run, host, profile, inventory_path)
     return run

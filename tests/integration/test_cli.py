@@ -1470,6 +1470,12 @@ def test_prune_frees_the_backups_of_rolled_back_deployments(capsys, tmp_path, sg
     assert not any(os.path.exists(d) for d in data["pruned"][0]["dirs"])
     code, out, _ = run_cli(capsys, *h, "prune", "--host", "here", "--keep", "1")
     assert code == 0 and "nothing to prune" in out
+    # a new user's finding: after `--keep 0`, a later prune listed the deleted backups as kept
+    kept_id = data["kept"][0]
+    code, data, _ = run_json(capsys, *h, "prune", "--host", "here", "--keep", "0")
+    assert code == 0 and [p["id"] for p in data["pruned"]] == [kept_id] and data["kept"] == [], data
+    code, data, _ = run_json(capsys, *h, "prune", "--host", "here")
+    assert code == 0 and data["pruned"] == [] and data["kept"] == [], data
     code, _, err = run_cli(capsys, *h, "prune", "--host", "here", "--keep", "-1")
     assert code == 2 and "--keep" in err
 

@@ -315,3 +315,20 @@ def test_a_host_without_a_serve_profile_is_told_where_to_add_one(tmp_path, monke
     assert main(["bench", "--host", "sandbox"]) == 2
     err = " ".join(capsys.readouterr().err.split())
     assert "the embedded sandbox is SGLang without a model" in err, err
+
+
+def test_snapshot_takes_host_as_every_command_does_and_unknown_hosts_name_sandbox(tmp_path, capsys):
+    """A new user typed `snapshot --host sandbox` (every other command takes --host) and got "No
+    such option"; an unknown host's hint listed the inventory's hosts but not sandbox."""
+    from sglang_patcher.cli import main
+
+    f = tmp_path / "hosts.yaml"
+    f.write_text("hosts:\n  gpu: {hostname: g.invalid, python: /usr/bin/python3}\n")
+    capsys.readouterr()
+    assert main(["--hosts", str(f), "snapshot", "--host", "nope"]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "unknown host 'nope'" in err and "`--host sandbox` (the embedded default target) works too" in err, err
+    assert main(["--hosts", str(f), "snapshot"]) == 2
+    assert "name the host" in capsys.readouterr().err
+    assert main(["--hosts", str(f), "snapshot", "gpu", "--host", "other"]) == 2
+    assert "two hosts given" in capsys.readouterr().err

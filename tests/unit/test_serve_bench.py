@@ -303,3 +303,38 @@ def test_an_unquoted_one_entry_schedule_is_refused_with_the_quoting_fix_and_a_sw
     assert '"1:8"' in inv.read_text()
     dd = load_inventory(inv).hosts["gpu"].serve.ddtree
     assert (dd.budget_schedule, dd.budget) == ("1:8", 16)
+
+
+def test_bench_plot_without_matplotlib_is_refused_before_the_run(monkeypatch, tmp_path):
+    """matplotlib comes with the ddtree extra only: `bench --plot` found out after the whole run."""
+    import sys
+
+    from sglang_patcher.errors import ConfigError
+    from sglang_patcher.inventory import Host
+    from sglang_patcher.service_bench import bench_host
+
+    monkeypatch.setitem(sys.modules, "matplotlib", None)      # import matplotlib -> ImportError
+    host = Host(name="gpu", hostname="gpu.invalid", python="/usr/bin/python3",
+                serve={"model": "/m", "draft_model": "/d"})
+    with pytest.raises(ConfigError, match="--plot needs matplotlib") as e:
+        bench_host(host, plot_path=tmp_path / "b.png", store_run=False)    # no connection is tried
+    assert "ddtree extra" in e.value.hint
+
+
+def test_bench_options_refuse_empty_entries_no_arms_and_arms_beside_a_sweep(capsys):
+    """A new user's `--concurrency 1,,4` and `--arms ''` were taken, and `--sweep` silently put
+    DFLASH,DDTREE in place of the --arms given."""
+    import click
+
+    from sglang_patcher.cli import main
+    from sglang_patcher.cli_commands import _ints
+
+    assert _ints("1, 4,16") == [1, 4, 16]
+    for bad in ("1,,4", "1,4,", ""):
+        with pytest.raises(click.BadParameter, match="empty entry"):
+            _ints(bad)
+    for argv, said in ((["--arms", ""], "name at least one of none, DFLASH, DDTREE"),
+                       (["--sweep", "--arms", "none,DDTREE"], "--sweep measures DFLASH and DDTREE")):
+        capsys.readouterr()
+        assert main(["bench", "--host", "nowhere", *argv]) == 2       # before the host is looked up
+        assert said in " ".join(capsys.readouterr().err.split())

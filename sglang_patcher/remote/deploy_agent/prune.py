@@ -142,16 +142,19 @@ def op_prune(a):
     dry = bool(a.get("dry_run"))
 
     def plan():
-        done = [r for r in h.records() if r.get("phase") == "rolled_back"]
-        cut = max(len(done) - keep, 0)  # done[:cut] lose their backups, done[cut:] keep them
-        todo = []
-        for r in done[:cut]:
+        # the rolled-back deployments whose backups are still here (an earlier prune's are gone:
+        # never "kept" again); the `keep` newest of them stay
+        done = []
+        for r in h.records():
+            if r.get("phase") != "rolled_back":
+                continue
             did = check_id(r.get("id"))
             dirs = [d for d in (os.path.join(h.backups_dir, did), os.path.join(h.backups_dir, did + ".drifted"))
                     if os.path.isdir(d)]
             if dirs:
-                todo.append((r, did, dirs))
-        return todo, [r.get("id") for r in done[cut:]]
+                done.append((r, did, dirs))
+        cut = max(len(done) - keep, 0)  # done[:cut] lose their backups, done[cut:] keep them
+        return done[:cut], [r.get("id") for r, _did, _dirs in done[cut:]]
 
     todo, kept = plan()
     lost, alone = orphans(h)
