@@ -339,7 +339,9 @@ def test_ddtree_declares_its_budget_schedule_features_by_revision():
     assert ps.features_at(4) == {"budget_schedule", "budget_schedule_chain"}
     assert ps.features_at(6) == ps.features_at(4)
     assert ps.features_at(7) == {"budget_schedule", "budget_schedule_chain", "budget_auto"}
-    assert ps.features_at() == ps.features_at(7)
+    assert ps.features_at(8) == ps.features_at(7)
+    assert ps.features_at(9) == ps.features_at(7) | {"budget_schedule_graphs"}
+    assert ps.features_at() == ps.features_at(9)
     assert ps.at_revision(3).features_at() == frozenset()           # frozen before the key: ask the newest
 
 
