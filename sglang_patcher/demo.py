@@ -70,7 +70,10 @@ def run_demo(app: "AppContext", *, version: str, patchset: str, with_deps: bool 
         if active or before.journal:
             what = (f"deployment {', '.join(active) or before.journal.get('id')} (an earlier "
                     f"`sglpatch apply --host sandbox`?)")
-            hint = f"take it off with `sglpatch rollback --host sandbox`, or {rebuild}; then run the demo again"
+            # stacked deployments (an upgrade over an earlier revision) need one rollback each
+            undo = ("`sglpatch rollback --host sandbox`" if len(active) <= 1 else
+                    f"`sglpatch rollback --host sandbox --to {active[0]}` (all {len(active)} deployments, newest first)")
+            hint = f"take it off with {undo}, or {rebuild}; then run the demo again"
         else:
             edited = [f.path for f in before.files if f.state not in ("pristine", "absent")]
             what = (f"{len(edited)} file(s) that are not the release's ({', '.join(edited[:3])}"

@@ -94,7 +94,7 @@ class HostsCheckReport:
         errors: list[Text] = []   # below the table, full width: a narrow cell wrapped them word by word
         for c in self.checks:
             if c.error is not None:
-                t.add_row(c.host.name, c.host.python, "-", "-", "-", "-", Text("failed, below", style="red"))
+                t.add_row(c.host.name, c.host.python, "-", "-", "-", "-", Text("failed (see below)", style="red"))
                 named = c.error.message.startswith(f"{c.host.name}:") or c.error.message.startswith(f"{c.host.name} (")
                 said = Text.assemble(("" if named else f"{c.host.name}: ", "bold red"), (c.error.message, "red"))
                 if c.error.hint:  # what to do (e.g. the ssh-keyscan line), as with --json
@@ -103,9 +103,9 @@ class HostsCheckReport:
                 continue
             i = c.info
             t.add_row(c.host.name, f"{i.interpreter} ({i.python_version})", str(i.sglang_version),
-                      str(i.package_dir), "yes" if i.writable else Text("no, below", style="yellow"),
+                      str(i.package_dir), "yes" if i.writable else Text("no (see below)", style="yellow"),
                       human_bytes(i.free_bytes),
-                      Text("ok", style="green") if i.writable else Text("not ok, below", style="yellow"))
+                      Text("ok", style="green") if i.writable else Text("not ok (see below)", style="yellow"))
             if not i.writable:
                 errors.append(Text(unwritable_text(c.host, i), style="yellow"))
         return Group(t, *errors)
