@@ -404,11 +404,19 @@ class Patchset:
         for path in sorted(set(t.expected) - set(result.files)):
             problems.append(f"{path}: has an expected hash but the series does not touch it")
         if problems:
+            hint = (f"if the series changed on purpose, refresh the hashes: "
+                    f"sglpatch patchset refresh {self.root} --sglang {version}")
+            home = available_patchsets().get(self.name)
+            if home is not None and home.resolve() != self.root.resolve() \
+                    and not self.root.resolve().is_relative_to(home.resolve() / "history"):
+                # an edited copy of a catalog patchset: refreshing alone would meet the next refusal
+                hint += (f"; this is a copy of the catalog's {self.name} ({home}): give the changed copy its "
+                         f"own revision (above the catalog's) or name too, or apply refuses it as "
+                         f"{self.name} r{self.revision} (docs/patchsets.md)")
             raise PatchsetError(
                 f"patchset {self.name} r{self.revision}: patchset.yaml is stale for sglang {version} "
                 f"(its hashes do not describe what the series renders):\n    " + "\n    ".join(problems),
-                hint=f"if the series changed on purpose, refresh the hashes: "
-                     f"sglpatch patchset refresh {self.root} --sglang {version}")
+                hint=hint)
 
     # --------------------------------------------------------------------------------- states
 

@@ -507,3 +507,20 @@ def test_l1_passes_on_the_patched_tree(l1_patched_venv, release):
     assert "refused" in checks["validation refuses a hybrid SWA target"]["detail"]
     assert "DDTreeWorker" in checks["create_worker resolves DDTREE to DDTreeWorker"]["detail"]
     assert "'target': 65" in checks["target verify width is budget + 1"]["detail"]
+
+
+def test_an_edited_copys_stale_hashes_say_both_steps(tmp_path):
+    """A new user edited a copy of the catalog's ddtree: the stale-hashes error said "refresh", and
+    after the refresh apply refused the copy as an impostor of the catalog revision. The first
+    error now says both: refresh, and give the copy its own revision or name."""
+    import shutil
+
+    root = tmp_path / "ddtree"
+    shutil.copytree(DDTREE, root, ignore=shutil.ignore_patterns("__pycache__", "history"))
+    mod = root / "modules" / "ddtree_budget.py"
+    mod.write_bytes(mod.read_bytes() + b"# edited\n")
+    copy = load_patchset(root)
+    with pytest.raises(PatchsetError, match="stale for sglang") as exc:
+        copy.render(V, _pristine_tree(V).read)
+    assert f"sglpatch patchset refresh {root} --sglang {V}" in exc.value.hint
+    assert "copy of the catalog's ddtree" in exc.value.hint and "own revision" in exc.value.hint
