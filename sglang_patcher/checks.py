@@ -86,6 +86,13 @@ class CheckReport:
                 "failed": [f"{c.level}:{c.name}" for c in self.failed],
                 "skipped": [f"{c.level}:{c.name}" for c in self.skipped]}
 
+    def skip_reasons(self, level: str, most: int) -> str:
+        """The distinct reasons ``level``'s skipped checks give (whitespace folded, sorted), the
+        first ``most`` joined by "; " and how many more; "" when none gives one."""
+        why = sorted({" ".join(c.detail.split()) for c in self.checks
+                      if c.level == level and c.status == "skipped" and c.detail})
+        return "; ".join(why[:most]) + (f"; … ({len(why) - most} more)" if len(why) > most else "")
+
     @property
     def levels_run(self) -> list[str]:
         return sorted({c.level for c in self.checks if c.status != "skipped"})

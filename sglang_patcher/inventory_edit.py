@@ -12,7 +12,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-import yaml
+import yaml as pyyaml   # the inventory's reader (YAML 1.1)
 from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap
 from ruamel.yaml.scalarstring import DoubleQuotedScalarString
@@ -24,8 +24,8 @@ from .inventory import load_inventory
 def _read_back(text: str) -> object:
     """What the inventory's reader (PyYAML, YAML 1.1) makes of ``text`` written as a plain scalar."""
     try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError:
+        return pyyaml.safe_load(text)
+    except pyyaml.YAMLError:
         return None
 
 

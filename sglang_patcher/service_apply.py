@@ -143,8 +143,7 @@ def _l1_all_skipped(result: deploy.DeployResult) -> str | None:
     l1 = [c for c in checks.checks if c.level == "L1"] if checks is not None else []
     if not l1 or any(c.status != "skipped" for c in l1):
         return None
-    why = sorted({" ".join(c.detail.split()) for c in l1 if c.detail})
-    shown = "; ".join(why[:2]) + (f"; … ({len(why) - 2} more)" if len(why) > 2 else "")
+    shown = checks.skip_reasons("L1", 2)
     return (f"every L1 smoke check was skipped on {result.host}" + (f" ({shown})" if shown else "")
             + ": the patched modules were not imported, so this apply proves only that they compile "
               f"(L0); `sglpatch check --host {result.host} --level 1` fails until the host has SGLang's "

@@ -82,8 +82,7 @@ def check_host(host: Host, *, level: int | None = None, prompts: str | Path | No
 def _l1_proved_nothing(report: CheckReport, host_name: str) -> CheckResult:
     """L1 asked for (``check --level 1``, a ``check:1`` gate) and every L1 check skipped: a failed
     check, never a pass that proved nothing (the skips' reasons, e.g. a missing module, said)."""
-    why = sorted({c.detail for c in report.checks if c.level == "L1" and c.detail})
-    shown = "; ".join(why[:3]) + (f"; … ({len(why) - 3} more)" if len(why) > 3 else "")
+    shown = report.skip_reasons("L1", 3)
     return CheckResult("L1", "smoke checks ran", "failed",
                        f"every L1 check was skipped on {host_name}" + (f" ({shown})" if shown else "")
                        + ": level 1 proved nothing here — install SGLang's dependencies on the host "
