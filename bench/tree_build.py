@@ -42,6 +42,7 @@ from tests.support.ddtree import KINDS, draft_logits  # noqa: E402
 
 PREPS = ("row", "chunked", "radix", "bound", "small")
 PREPS_16BIT = ("radix", "bound")  # read 16-bit floats only
+OLD_PREPS = {"small": "topk_small_triton", "bound": "topk_bound_triton"}  # --against-revision
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 BEAMS = ("sort", "select", "prune")
 
@@ -71,6 +72,10 @@ def main():
                     help="time only the preps (--preps, K = each of --budgets) beside the floor of "
                          "reading the logits once (x.amax(-1)), for every --dtype in a comma list; "
                          "checks that every prep gives the same ids as the first")
+    ap.add_argument("--against-revision", type=int, default=None, metavar="N",
+                    help="with --prep-only: also time the small and bound preps of the ddtree revision "
+                         "frozen in patchsets/ddtree/history/rN, side by side (kernel calls on "
+                         "[bs * L, V] for both), after checking that they give the same lp, ids and lse")
     ap.add_argument("--bounds", default="",
                     help="also time the pruned beam with these score bounds (none,chain,tight; "
                          "the default 'chain' is the beam_prune column), side by side")
@@ -203,6 +208,15 @@ def prep_only(a):
     preps = [p for p in a.preps.split(",") if p]
     if [p for p in preps if p not in PREPS]:
         raise SystemExit(f"--preps {a.preps}: choose from {PREPS}")
+    old = None
+    if a.against_revision is not None:
+        import importlib
+
+        from patchsets.ddtree.kernels import ddtree_prep as new_prep
+        try:
+            old = importlib.import_module(f"patchsets.ddtree.history.r{a.against_revision}.kernels.ddtree_prep")
+        except ImportError as e:
+            raise SystemExit(f"--against-revision {a.against_revision}: no frozen prep ({e})") from None
     rows = []
     for dname in a.dtype.split(","):
         dtype = DTYPES[dname]
@@ -216,6 +230,15 @@ def prep_only(a):
                     if not torch.equal(got[1], ref[1]):
                         raise SystemExit(f"prep {p}: ids differ from {use[0]}'s ({dname} {kind} bs={bs} K={K})")
                 times = {p: gpu_graph_median_us(lambda: draft_topk(x, K, prep=p), reps=100) for p in use}  # noqa: B023
+                for p in [p for p in use if old is not None and p in OLD_PREPS]:
+                    x2 = x.reshape(-1, V)
+                    fn_new, fn_old = getattr(new_prep, OLD_PREPS[p]), getattr(old, OLD_PREPS[p])
+                    for u, w in zip(fn_new(x2, K), fn_old(x2, K)):
+                        if not (torch.equal(u.isnan(), w.isnan()) and torch.equal(u.nan_to_num(), w.nan_to_num())):
+                            raise SystemExit(f"prep {p}: revision {a.against_revision}'s outputs differ "
+                                             f"({dname} {kind} bs={bs} K={K})")
+                    times[f"{p} (kernel)"] = gpu_graph_median_us(lambda: fn_new(x2, K), reps=100)  # noqa: B023
+                    times[f"{p} r{a.against_revision}"] = gpu_graph_median_us(lambda: fn_old(x2, K), reps=100)  # noqa: B023
                 floor = gpu_graph_median_us(lambda: x.amax(-1), reps=100)
                 ideal = x.numel() * x.element_size() / 4.8e12 * 1e6
                 rows.append(dict(dtype=dname, kind=kind, bs=bs, K=K, prep_us=times, floor_us=floor,
@@ -224,14 +247,15 @@ def prep_only(a):
                       + f" floor={floor:.1f} ideal={ideal:.1f} default={rows[-1]['default']}", flush=True)
     meta = dict(date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
                 device=torch.cuda.get_device_name(), torch=torch.__version__, L=L, V=V)
+    cols = list(dict.fromkeys(c for r in rows for c in r["prep_us"]))
     out = [f"Prep only — {meta['device']}, {meta['date']}, torch {meta['torch']}, L={L}, V={V}; "
            "CUDA-graph medians of 100 replays, µs", "",
-           "| dtype | logits | bs | K | " + " | ".join(f"{p} µs" for p in preps)
+           "| dtype | logits | bs | K | " + " | ".join(f"{p} µs" for p in cols)
            + " | floor: x.amax(-1) µs | bytes / 4.8 TB/s µs | default |",
-           "|---|---|---:|---:|" + "---:|" * len(preps) + "---:|---:|---|"]
+           "|---|---|---:|---:|" + "---:|" * len(cols) + "---:|---:|---|"]
     for r in rows:
         out.append(f"| {r['dtype']} | {r['kind']} | {r['bs']} | {r['K']} | "
-                   + " | ".join(f"{r['prep_us'][p]:.1f}" if p in r["prep_us"] else "–" for p in preps)
+                   + " | ".join(f"{r['prep_us'][p]:.1f}" if p in r["prep_us"] else "–" for p in cols)
                    + f" | {r['floor_us']:.1f} | {r['ideal_us']:.1f} | {r['default']} |")
     print("\n".join(out))
     if a.out:

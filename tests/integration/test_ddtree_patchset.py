@@ -298,13 +298,14 @@ def test_revision_7_is_frozen_and_recognised_by_the_current_revision(ps, version
 
 
 @pytest.mark.parametrize("version", RELEASES)
-def test_revision_8_is_frozen_and_recognised_by_revision_9(ps, version):
+def test_revision_8_is_frozen_and_recognised_by_the_current_revision(ps, version):
     """Revision 9 runs schedules beside the target's CUDA graphs (ddtree_worker.py) and shares the
-    prep's exp-sum (ddtree_prep.py): no SGLang file. Revision 8 stays loadable as ``ddtree@8`` and
-    a host carrying it is recognised file by file: patched@r8 exactly on those two files."""
+    prep's exp-sum (ddtree_prep.py): no SGLang file (revision 10 changes both again). Revision 8
+    stays loadable as ``ddtree@8`` and a host carrying it is recognised file by file: patched@r8
+    exactly on those two files."""
     tree = _pristine_tree(version)
     r8 = load_patchset("ddtree@8")
-    assert (ps.revision, r8.revision) == (9, 8)
+    assert ps.revision >= 9 and r8.revision == 8
     assert r8.root == DDTREE / "history" / "r8" and r8.versions == ps.versions
     r8.render(version, tree.read)
     e8, e9 = r8.target(version).expected, ps.target(version).expected
@@ -316,6 +317,27 @@ def test_revision_8_is_frozen_and_recognised_by_revision_9(ps, version):
         assert ps.classify(path, sha, version=version) == ("patched@r8" if path in changed else "patched"), path
     # what sglpatch asks a deployed revision about: beside CUDA graphs from revision 9 only
     assert "budget_schedule_graphs" in ps.features_at(9) and "budget_schedule_graphs" not in ps.features_at(8)
+
+
+@pytest.mark.parametrize("version", RELEASES)
+def test_revision_9_is_frozen_and_recognised_by_revision_10(ps, version):
+    """Revision 10 makes the top-K prep cheaper for small budgets (ddtree_prep.py) and drops an
+    unused argument of the worker's CUDA-graph width check (ddtree_worker.py): no SGLang file, no
+    new feature. Revision 9 stays loadable as ``ddtree@9`` and a host carrying it is recognised
+    file by file: patched@r9 exactly on those two files."""
+    tree = _pristine_tree(version)
+    r9 = load_patchset("ddtree@9")
+    assert (ps.revision, r9.revision) == (10, 9)
+    assert r9.root == DDTREE / "history" / "r9" and r9.versions == ps.versions
+    r9.render(version, tree.read)
+    e9, e10 = r9.target(version).expected, ps.target(version).expected
+    assert ps.spec.history[9][version] == e9 and set(e9) == set(e10)
+    changed = {p for p, sha in e9.items() if e10[p] != sha}
+    assert changed == {"sglang/kernels/ops/speculative/ddtree_prep.py",
+                       "sglang/srt/speculative/ddtree_worker.py"}, changed
+    for path, sha in e9.items():
+        assert ps.classify(path, sha, version=version) == ("patched@r9" if path in changed else "patched"), path
+    assert ps.features_at(10) == ps.features_at(9)
 
 
 @pytest.mark.parametrize("version", RELEASES)

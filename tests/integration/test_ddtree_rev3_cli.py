@@ -26,7 +26,7 @@ KERNELS_R3 = "sglang/srt/speculative/ddtree_kernels.py"    # revision 3's kernel
 KERNELS_R4 = [f"sglang/kernels/ops/speculative/ddtree_{m}.py"    # revision 4's, by pipeline stage
               for m in ("keys", "prep", "beam", "verify_inputs", "walk")]
 INFO = "sglang/srt/speculative/ddtree_info.py"
-CURRENT = 9
+CURRENT = 10
 PREP = "sglang/kernels/ops/speculative/ddtree_prep.py"
 
 
@@ -142,14 +142,14 @@ def test_cli_r3_then_current_pushes_only_what_changed_then_rollback(capsys, tmp_
 R7_SGLANG = {"sglang/srt/arg_groups/fields/spec.py", "sglang/srt/arg_groups/speculative_hook.py"}
 
 
-@pytest.mark.parametrize("old", [4, 6, 8])
+@pytest.mark.parametrize("old", [4, 6, 9])
 def test_cli_older_revision_then_current_pushes_the_adapted_modules_only_then_rollback(
         capsys, tmp_path, sglpatch_home, local_target, old):
     """Revisions 5 and 6 add SGLang releases (0.5.22, 0.5.21); on 0.5.23 each changes only the
     DDTree modules that adapt to the added release's DFlash worker (6: exactly the worker and
     ddtree_info). Revision 7 changes DDTree modules and kernels and, of SGLang's files, only the
-    two that patch 0010's changed lines live in; revision 9 only the prep kernel and the worker
-    (from 8). A host at revision 4, 6 or 8 is recognised (patched@rN; 5 is covered by the
+    two that patch 0010's changed lines live in; revisions 9 and 10 only the prep kernel and the
+    worker (each from the one before). A host at revision 4, 6 or 9 is recognised (patched@rN; 5 is covered by the
     status tests of tests/integration/test_ddtree_patchset.py), the upgrade pushes exactly the
     files whose bytes differ, status then reads patched at the current revision, and a rollback
     puts the old revision's bytes back."""
@@ -162,7 +162,7 @@ def test_cli_older_revision_then_current_pushes_the_adapted_modules_only_then_ro
     assert WORKER in differ and differ <= set(current.target(VERSION).new_files) | R7_SGLANG, differ
     if old == 6:
         assert R7_SGLANG | {WORKER, BUDGET} <= differ and INFO not in differ, differ
-    if old == 8:
+    if old == 9:
         assert differ == {WORKER, PREP}, differ
 
     h, site = _hosts(tmp_path, local_target), local_target.site_packages

@@ -446,6 +446,44 @@ def test_small_prep_equals_the_tie_rule_and_the_bound_prep(seed, rows, V, k, sub
             assert torch.equal(u.isnan(), v.isnan()) and torch.equal(u.nan_to_num(), v.nan_to_num())
 
 
+@pytest.mark.parametrize("seed", range(4))
+def test_kth_sub_block_max_search_from_the_chunk_maxima(seed):
+    """The K-th largest sub-block maximum starts its 5-ary search at the smallest chunk maximum
+    when the row has at least K chunks (revision 10; 0 before): on rows of 8 chunks x 8
+    sub-blocks with empty sub-blocks (-1), empty padding chunks, narrow and full image ranges,
+    heavy duplicates and K from 1 to every image, it is the K-th largest image (sorting)."""
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def _probe(v_ptr, nch_ptr, k_ptr, out_ptr, SPC: tl.constexpr, NSBP: tl.constexpr):
+        row = tl.program_id(0)
+        v = tl.load(v_ptr + row * NSBP + tl.arange(0, NSBP))
+        t = KP._kth_sub_block_max(v, tl.load(k_ptr + row), tl.load(nch_ptr + row), 65535, SPC, NSBP, 8)
+        tl.store(out_ptr + row, t)
+
+    g = torch.Generator().manual_seed(seed)
+    rows, spc, nsbp = 48, 8, 64
+    v = torch.full((rows, nsbp), -1, dtype=torch.int32)
+    nch = torch.randint(1, nsbp // spc + 1, (rows,), generator=g)
+    ks = torch.zeros(rows, dtype=torch.int32)
+    want = torch.zeros(rows, dtype=torch.int32)
+    for r in range(rows):
+        span = [3, 300, 65536][r % 3]
+        base = int(torch.randint(0, 65536 - span + 1, (1,), generator=g))
+        n = int(nch[r]) * spc
+        v[r, :n] = base + torch.randint(0, span, (n,), generator=g, dtype=torch.int32)
+        empty = torch.rand(n, generator=g) < 0.3
+        empty[torch.arange(n) % spc == 0] = False  # a chunk's first sub-block always holds an element
+        v[r, :n][empty] = -1
+        real = v[r][v[r] >= 0].sort(descending=True).values
+        ks[r] = int(torch.randint(1, real.numel() + 1, (1,), generator=g))
+        want[r] = real[ks[r] - 1]
+    out = torch.zeros(rows, dtype=torch.int32)
+    _probe[(rows,)](v, nch.to(torch.int32), ks, out, SPC=spc, NSBP=nsbp)
+    assert torch.equal(out, want), (out, want)
+
+
 def _order_image(x: torch.Tensor) -> torch.Tensor:
     """The order image of every element (int64): _ord16 / _ord32 written in torch."""
     bits, top = (16, 65535) if x.element_size() == 2 else (32, 4294967295)

@@ -563,8 +563,35 @@ def _bd_pass_a(x_ptr, pm_ptr, ps_ptr, sbm_ptr, NCH, V: tl.constexpr, CH: tl.cons
 
 
 @triton.jit
+def _kth_sub_block_max(v, K, NCH, OMAX: tl.constexpr, SPC: tl.constexpr, NSBP: tl.constexpr,
+                       ROUNDS: tl.constexpr):
+    """The K-th largest of a row's sub-block maxima images v ([NSBP] int32 / int64, chunk j's
+    SPC sub-blocks at lanes j * SPC ..., -1 = empty or padding): the largest t with
+    #(v >= t) >= K, by the 5-ary search (one packed count of four thresholds per round).
+
+    The search starts from [lo, hi] with #(v >= lo) >= K > #(v >= hi + 1): hi is the largest
+    image; lo is the smallest chunk maximum when the row has NCH >= K chunks (each chunk's maximum
+    is a sub-block maximum of its own, so at least NCH of them are >= it), else 0. On logits the
+    chunk maxima lie close to the row's maximum (a few hundred 16-bit images apart where the full
+    range is 65,536), so most rounds find lo == hi and skip their count (H200, batch 64: 28 -> ~14
+    us). Returns 0 ... OMAX (v's dtype); a row with fewer than K images >= 0 gets a value the
+    callers replace (they take every non-empty sub-block then)."""
+    cmx = tl.max(tl.reshape(v, [NSBP // SPC, SPC]), axis=1)
+    hi = tl.max(v, axis=0)
+    lo = tl.where(NCH >= K, tl.min(tl.where(cmx >= 0, cmx, OMAX), axis=0), 0).to(hi.dtype)
+    hi = tl.maximum(hi, lo)
+    for _ in range(ROUNDS):
+        if hi > lo:
+            step = (hi - lo) // 5 + 1
+            c = _packed_count4(v >= lo + step, v >= lo + 2 * step, v >= lo + 3 * step, v >= lo + 4 * step)
+            lo = lo + _fields_at_least(c, K).to(lo.dtype) * step
+            hi = tl.minimum(lo + step - 1, hi)
+    return lo
+
+
+@triton.jit
 def _bd_combine_a(pm_ptr, ps_ptr, sbm_ptr, lse_ptr, thr_ptr, cnt_ptr, K, NCH, NSB,
-                  NCHP: tl.constexpr, NSBP: tl.constexpr, ROUNDS: tl.constexpr):
+                  NCHP: tl.constexpr, NSBP: tl.constexpr, SPC: tl.constexpr, ROUNDS: tl.constexpr):
     """Grid (R,). lse [R] f32 (the formula of ``_rk_combine_a``); thr [R] int32 = the K-th
     largest sub-block maximum (0 = every element when fewer than K sub-blocks hold one);
     cnt [R] int32 = 0 (pass B's candidate counter)."""
@@ -572,14 +599,7 @@ def _bd_combine_a(pm_ptr, ps_ptr, sbm_ptr, lse_ptr, thr_ptr, cnt_ptr, K, NCH, NS
     tl.store(lse_ptr + row, _lse_from_partials(pm_ptr, ps_ptr, row, NCH, NCHP))
     sj = tl.arange(0, NSBP)
     v = tl.load(sbm_ptr + row * NSB + sj, mask=sj < NSB, other=-1)
-    # largest thr with #(v >= thr) >= K; invariant #(v >= lo) >= K > #(v >= hi + 1)
-    lo = tl.zeros([], tl.int32)
-    hi = tl.zeros([], tl.int32) + 65535
-    for _ in range(ROUNDS):
-        step = (hi - lo) // 5 + 1
-        c = _packed_count4(v >= lo + step, v >= lo + 2 * step, v >= lo + 3 * step, v >= lo + 4 * step)
-        lo = lo + _fields_at_least(c, K).to(tl.int32) * step
-        hi = tl.minimum(lo + step - 1, hi)
+    lo = _kth_sub_block_max(v, K, NCH, 65535, SPC, NSBP, ROUNDS)
     enough = tl.sum((v >= 0).to(tl.int32), axis=0) >= K
     tl.store(thr_ptr + row, tl.where(enough, lo, 0))
     tl.store(cnt_ptr + row, 0)
@@ -671,6 +691,9 @@ def _bd_fallback(x_ptr, cnt_ptr, key_ptr, lse_ptr, lp_ptr, ids_ptr, K, CAP, NCH,
     _write_topk(x_ptr, lse_ptr, lp_ptr, ids_ptr, row, tl.sort(key), K, V, KP)
 
 
+PASS_A_WARPS = 4  # warps of pass A's (row, chunk) programs, bound and small preps (H200: 1.15x over 8 at bs 64)
+
+
 def topk_bound_triton(x: torch.Tensor, k: int, chunk: int = 4096, sub_block: int = 64,
                       cap: int | None = None):
     """Exact per-row top-k under the tie rule (value desc, id asc) for 16-bit float logits,
@@ -710,9 +733,10 @@ def topk_bound_triton(x: torch.Tensor, k: int, chunk: int = 4096, sub_block: int
     ids = torch.empty((R, k), dtype=torch.int64, device=dev)
     if R == 0:
         return lp, ids, lse
-    _bd_pass_a[(R, NCH)](x, pm, ps, sbm, NCH, V=V, CH=chunk, SB=sub_block, num_warps=8)
+    _bd_pass_a[(R, NCH)](x, pm, ps, sbm, NCH, V=V, CH=chunk, SB=sub_block, num_warps=PASS_A_WARPS)
     _bd_combine_a[(R,)](pm, ps, sbm, lse, thr, cnt, k, NCH, NSB, NCHP=max(16, triton.next_power_of_2(NCH)),
-                        NSBP=max(16, triton.next_power_of_2(NSB)), ROUNDS=8, num_warps=8)
+                        NSBP=max(16, triton.next_power_of_2(NSB)), SPC=chunk // sub_block, ROUNDS=8,
+                        num_warps=8)
     _bd_pass_b[(R, NCH)](x, sbm, thr, cnt, cand, NCH, cap, V=V, CH=chunk, SB=sub_block, num_warps=8)
     _bd_final[(R,)](x, cand, cnt, lse, lp, ids, k, cap, V=V, CAPP=CAPP, KP=KP,
                     num_warps=16 if CAPP >= 512 else 4)  # H200: 16 warps 1.19x at K 512
@@ -743,6 +767,8 @@ def topk_bound_triton(x: torch.Tensor, k: int, chunk: int = 4096, sub_block: int
 # ----------------------------------------------------------------------------------------------
 
 SMALL_K_MAX = 32  # the largest K that ``topk_small_triton`` takes (its gather holds K sub-blocks)
+SK_GROUP = 8  # sub-blocks the small prep's row program gathers at a time
+SK_SELECT_WARPS = 4  # warps of that program
 
 
 @triton.jit
@@ -758,31 +784,45 @@ def _sk_write(x_ptr, lp_ptr, ids_ptr, row, top, lse, K, V: tl.constexpr, KP: tl.
 
 
 @triton.jit
+def _sk_gather(x_ptr, gsc_ptr, row, g0, nsel, thr, OMAX: tl.constexpr, GN: tl.constexpr, GS: tl.constexpr,
+               SB: tl.constexpr, V: tl.constexpr, W32: tl.constexpr):
+    """The packed (value desc, id asc) keys [GN * SB] int64 of the elements >= thr in the row's
+    chosen sub-blocks g0 ... g0 + GN - 1 (their indices in gsc [R, GS], nsel of them), _MAXKEY
+    elsewhere, and the candidate mask [GN * SB]. Ids ascend along the keys (the indices do)."""
+    gg = g0 + tl.arange(0, GN)
+    gok = gg < nsel
+    g = tl.load(gsc_ptr + row * GS + gg, mask=gok, other=0).to(tl.int64)
+    cols = tl.reshape(g[:, None] * SB + tl.arange(0, SB)[None, :], [GN * SB])
+    cm = tl.reshape(gok[:, None] & (tl.arange(0, SB)[None, :] >= 0), [GN * SB]) & (cols < V)
+    xv = tl.load(x_ptr + row * V + cols, mask=cm, other=float("-inf"))
+    if W32:
+        o = _ord32(xv)
+    else:
+        o = _ord16(xv).to(tl.int64)
+    cand = cm & (o >= thr)
+    return tl.where(cand, ((OMAX - o) << 31) | cols, _MAXKEY), cand
+
+
+@triton.jit
 def _sk_select(x_ptr, pm_ptr, ps_ptr, sbm_ptr, gsc_ptr, csc_ptr, lse_ptr, lp_ptr, ids_ptr, K, NCH,
-               NSB, CAP, V: tl.constexpr, SB: tl.constexpr, W32: tl.constexpr, NCHP: tl.constexpr,
-               NSBP: tl.constexpr, GS: tl.constexpr, CAPP: tl.constexpr, KP: tl.constexpr,
-               ROUNDS: tl.constexpr):
+               NSB, CAP, V: tl.constexpr, SB: tl.constexpr, SPC: tl.constexpr, W32: tl.constexpr,
+               NCHP: tl.constexpr, NSBP: tl.constexpr, GS: tl.constexpr, GRP: tl.constexpr,
+               CAPP: tl.constexpr, KP: tl.constexpr, ROUNDS: tl.constexpr):
     """Grid (R,). lse [R] f32 from the partials (the bound prep's formula); the K best
     sub-blocks' indices through gsc [R, GS] (scratch), their elements >= thr through csc
-    [R, CAP] int64 (scratch) -> ids [R, K] int64, lp [R, K] f32 (see the section comment).
-    sbm [R, NSB]: int32 16-bit images (W32 False) or int64 32-bit ones (W32 True), -1 = empty."""
+    [R, CAP] int64 (scratch), GRP sub-blocks at a time -> ids [R, K] int64, lp [R, K] f32 (see
+    the section comment). sbm [R, NSB]: int32 16-bit images (W32 False) or int64 32-bit ones
+    (W32 True), -1 = empty; SPC sub-blocks per pass-A chunk."""
     row = tl.program_id(0).to(tl.int64)
     lse = _lse_from_partials(pm_ptr, ps_ptr, row, NCH, NCHP)
     tl.store(lse_ptr + row, lse)
     sj = tl.arange(0, NSBP)
     v = tl.load(sbm_ptr + row * NSB + sj, mask=sj < NSB, other=-1).to(tl.int64)
     if W32:
-        omax = 4294967295
+        omax: tl.constexpr = 4294967295
     else:
-        omax = 65535
-    # thr = the largest t with #(v >= t) >= K; invariant #(v >= lo) >= K > #(v >= hi + 1)
-    lo = tl.zeros([], tl.int64)
-    hi = tl.zeros([], tl.int64) + omax
-    for _ in range(ROUNDS):
-        step = (hi - lo) // 5 + 1
-        c = _packed_count4(v >= lo + step, v >= lo + 2 * step, v >= lo + 3 * step, v >= lo + 4 * step)
-        lo = lo + _fields_at_least(c, K) * step
-        hi = tl.minimum(lo + step - 1, hi)
+        omax: tl.constexpr = 65535
+    lo = _kth_sub_block_max(v, K, NCH, omax, SPC, NSBP, ROUNDS)
     real = v >= 0
     enough = tl.sum(real.to(tl.int32), axis=0) >= K
     thr = tl.where(enough, lo, 0)
@@ -793,28 +833,21 @@ def _sk_select(x_ptr, pm_ptr, ps_ptr, sbm_ptr, gsc_ptr, csc_ptr, lse_ptr, lp_ptr
     nsel = tl.sum(sel.to(tl.int32), axis=0)
     tl.store(gsc_ptr + row * GS + tl.where(sel, tl.cumsum(sel.to(tl.int32), axis=0) - 1, 0), sj, mask=sel)
     tl.debug_barrier()  # the indices were written across lanes
-    gg = tl.arange(0, GS)
-    gok = gg < nsel
-    g = tl.load(gsc_ptr + row * GS + gg, mask=gok, other=0).to(tl.int64)
-    cols = tl.reshape(g[:, None] * SB + tl.arange(0, SB)[None, :], [GS * SB])
-    cm = tl.reshape(gok[:, None] & (tl.arange(0, SB)[None, :] >= 0), [GS * SB]) & (cols < V)
-    xv = tl.load(x_ptr + row * V + cols, mask=cm, other=float("-inf"))
-    if W32:
-        o = _ord32(xv)
-    else:
-        o = _ord16(xv).to(tl.int64)
-    cand = cm & (o >= thr)
-    key = tl.where(cand, ((omax - o) << 31) | cols, _MAXKEY)
-    n = tl.sum(cand.to(tl.int32), axis=0)
+    # candidates GRP sub-blocks at a time (GRP * SB lanes live, not GS * SB: more rows per SM)
+    n = tl.zeros([], tl.int32)
+    for gi in range(GS // GRP):
+        key, cand = _sk_gather(x_ptr, gsc_ptr, row, gi * GRP, nsel, thr, omax, GRP, GS, SB, V, W32)
+        pos = n + tl.cumsum(cand.to(tl.int32), axis=0) - 1
+        tl.store(csc_ptr + row * CAP + tl.where(cand, pos, 0), key, mask=cand & (pos < CAP))
+        n += tl.sum(cand.to(tl.int32), axis=0)
+    tl.debug_barrier()  # the keys were written across lanes
     if n <= CAP:
-        pos = tl.cumsum(cand.to(tl.int32), axis=0) - 1
-        tl.store(csc_ptr + row * CAP + tl.where(cand, pos, 0), key, mask=cand)
-        tl.debug_barrier()  # the keys were written across lanes
         jj = tl.arange(0, CAPP)
         ck = tl.load(csc_ptr + row * CAP + jj, mask=jj < n, other=_MAXKEY)
         top = tl.min(tl.reshape(tl.sort(ck), [CAPP // KP, KP]), axis=0)
         _sk_write(x_ptr, lp_ptr, ids_ptr, row, top, lse, K, V, KP)
     else:  # heavy ties at thr: sort every gathered key
+        key, cand = _sk_gather(x_ptr, gsc_ptr, row, 0, nsel, thr, omax, GS, GS, SB, V, W32)
         top = tl.min(tl.reshape(tl.sort(key), [GS * SB // KP, KP]), axis=0)
         _sk_write(x_ptr, lp_ptr, ids_ptr, row, top, lse, K, V, KP)
 
@@ -867,9 +900,10 @@ def topk_small_triton(x: torch.Tensor, k: int, chunk: int = 4096, sub_block: int
     ids = torch.empty((R, k), dtype=torch.int64, device=dev)
     if R == 0:
         return lp, ids, lse
-    _bd_pass_a[(R, NCH)](x, pm, ps, sbm, NCH, V=V, CH=chunk, SB=sub_block, W32=w32, num_warps=8)
+    _bd_pass_a[(R, NCH)](x, pm, ps, sbm, NCH, V=V, CH=chunk, SB=sub_block, W32=w32,
+                         num_warps=PASS_A_WARPS)
     _sk_select[(R,)](x, pm, ps, sbm, gsc, csc, lse, lp, ids, k, NCH, NSB, cap, V=V, SB=sub_block,
-                     W32=w32, NCHP=max(16, triton.next_power_of_2(NCH)),
-                     NSBP=max(16, triton.next_power_of_2(NSB)), GS=GS, CAPP=CAPP, KP=KP,
-                     ROUNDS=14 if w32 else 8, num_warps=8)
+                     SPC=chunk // sub_block, W32=w32, NCHP=max(16, triton.next_power_of_2(NCH)),
+                     NSBP=max(16, triton.next_power_of_2(NSB)), GS=GS, GRP=min(GS, SK_GROUP), CAPP=CAPP,
+                     KP=KP, ROUNDS=14 if w32 else 8, num_warps=SK_SELECT_WARPS)
     return lp, ids, lse

@@ -224,7 +224,6 @@ def check_widths_beside_graphs(
     planner: Optional[AutoBudgetPlanner] = None,
     *,
     block_size: int,
-    eager_fallback: Optional[bool] = None,
 ) -> list[str]:
     """Check that every verify width of a budget schedule (or of the ``auto`` planner) can run
     beside the target's decode CUDA graphs, and say how each runs.
@@ -239,7 +238,6 @@ def check_widths_beside_graphs(
       graph_runner: the target ``ModelRunner.decode_cuda_graph_runner`` (None: no graphs).
       planner: the ``auto`` planner (None: a fixed schedule or none).
       block_size: DFlash's block B (a chain step verifies B tokens).
-      eager_fallback: the probe's answer (None: probe ``graph_runner``).
     Returns:
       Lines for the log: what replays and what runs eagerly ([] without graphs or without
       several widths).
@@ -258,20 +256,18 @@ def check_widths_beside_graphs(
     others = [n for n in budgets if n != ceiling]
     if not others:
         return []
-    flag = "--speculative-ddtree-budget-schedule " + ("auto" if planner is not None else "")
+    flag = "--speculative-ddtree-budget-schedule" + (" auto" if planner is not None else "")
     if CHAIN in budgets and block_size == ceiling + 1:
         raise ValueError(
-            f"DDTREE {flag.strip()} {what} [{shown}] with --speculative-ddtree-budget {ceiling} = block "
+            f"DDTREE {flag} {what} [{shown}] with --speculative-ddtree-budget {ceiling} = block "
             f"size - 1: a chain step verifies the block's {block_size} tokens, the width the target's "
             "CUDA graphs were captured at with the tree mask, and would replay them without one. "
             f"Give --speculative-ddtree-budget {block_size} or more, a schedule without chain "
             "entries, or serve with --disable-cuda-graph."
         )
-    if eager_fallback is None:
-        eager_fallback = replays_only_its_width(graph_runner)
-    if not eager_fallback:
+    if not replays_only_its_width(graph_runner):
         raise ValueError(
-            f"DDTREE {flag.strip()} {what} [{shown}], but this SGLang's decode CUDA graph runner "
+            f"DDTREE {flag} {what} [{shown}], but this SGLang's decode CUDA graph runner "
             "would replay a graph captured at another verify width (its can_run_graph does not "
             "send other widths to the eager forward). Serve with --disable-cuda-graph, or give a "
             "fixed --speculative-ddtree-budget without the schedule."
