@@ -102,12 +102,12 @@ CASES = [
      dict(V=151936, CH=4096, KP=512), 8),
     # small-K prep: pass A for fp32 (_bd_pass_a's 32-bit image), the row select for both images
     (KP._bd_pass_a, dict(x_ptr=F32, pm_ptr=F32, ps_ptr=F32, sbm_ptr=I64, NCH="i32", V=C, CH=C, SB=C, W32=C),
-     dict(V=151936, CH=4096, SB=128, W32=True), 4),
+     dict(V=151936, CH=4096, SB=128, W32=True), 8),
     *[(KP._sk_select, dict(x_ptr=xt, pm_ptr=F32, ps_ptr=F32, sbm_ptr=st, gsc_ptr="*i32", csc_ptr=I64,
                            lse_ptr=F32, lp_ptr=F32, ids_ptr=I64, K="i32", NCH="i32", NSB="i32", CAP="i32",
                            V=C, SB=C, SPC=C, W32=C, NCHP=C, NSBP=C, GS=C, GRP=C, CAPP=C, KP=C, ROUNDS=C),
-       dict(V=151936, SB=128, SPC=32, W32=w32, NCHP=64, NSBP=2048, GS=32, GRP=8, CAPP=256, KP=32,
-            ROUNDS=14 if w32 else 8), 4)
+       dict(V=151936, SB=128, SPC=32, W32=w32, NCHP=64, NSBP=2048, GS=32, GRP=16, CAPP=256, KP=32,
+            ROUNDS=14 if w32 else 8), 8)
       for xt, st, w32 in (("*bf16", "*i32", False), (F32, I64, True))],
 ]
 

@@ -691,7 +691,10 @@ def _bd_fallback(x_ptr, cnt_ptr, key_ptr, lse_ptr, lp_ptr, ids_ptr, K, CAP, NCH,
     _write_topk(x_ptr, lse_ptr, lp_ptr, ids_ptr, row, tl.sort(key), K, V, KP)
 
 
-PASS_A_WARPS = 4  # warps of pass A's (row, chunk) programs, bound and small preps (H200: 1.15x over 8 at bs 64)
+# Warps of pass A's (row, chunk) programs (bound and small preps). 4 ran pass A 1.1x faster at
+# bs 64 on the H200, but a reduction's order follows the warps: the exp-sum partials, and so the
+# lse, would no longer be bit-identical to the radix and chunked preps' (and revision 9's).
+PASS_A_WARPS = 8
 
 
 def topk_bound_triton(x: torch.Tensor, k: int, chunk: int = 4096, sub_block: int = 64,
@@ -767,8 +770,8 @@ def topk_bound_triton(x: torch.Tensor, k: int, chunk: int = 4096, sub_block: int
 # ----------------------------------------------------------------------------------------------
 
 SMALL_K_MAX = 32  # the largest K that ``topk_small_triton`` takes (its gather holds K sub-blocks)
-SK_GROUP = 8  # sub-blocks the small prep's row program gathers at a time
-SK_SELECT_WARPS = 4  # warps of that program
+SK_GROUP = 16  # sub-blocks the small prep's row program gathers at a time (H200: 8 and 32 slower at K 32)
+SK_SELECT_WARPS = 8  # warps of that program
 
 
 @triton.jit
