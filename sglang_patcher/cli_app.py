@@ -9,6 +9,8 @@ that imports them.
 from __future__ import annotations
 
 import json
+import os
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,6 +25,17 @@ from .inventory import HOSTS_ENV, Host, Inventory, default_inventory_path, load_
 from .progress import Meter, meter_for
 
 
+PIPED_WIDTH = 200  # columns of output that goes to a file or a pipe (rich's default of 80 wrapped tables)
+
+
+def output_console() -> Console:
+    """The console for results on stdout: the terminal's width on a terminal (or $COLUMNS when
+    set); ``PIPED_WIDTH`` when stdout is a file or a pipe, so that tables in logs and ``| less``
+    keep one line per row."""
+    piped = not os.environ.get("COLUMNS") and not sys.stdout.isatty()
+    return Console(highlight=False, width=PIPED_WIDTH if piped else None)
+
+
 @dataclass
 class AppContext:
     """What every subcommand can take from ``click.Context.obj``."""
@@ -30,7 +43,7 @@ class AppContext:
     hosts_file: str | None
     as_json: bool
     debug: bool
-    console: Console = field(default_factory=lambda: Console(highlight=False))
+    console: Console = field(default_factory=output_console)
     err: Console = field(default_factory=lambda: Console(stderr=True, highlight=False, soft_wrap=True))
     _inventories: dict[bool, Inventory] = field(default_factory=dict)  # by skip_bad_hosts
 

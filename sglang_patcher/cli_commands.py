@@ -12,7 +12,7 @@ from . import (catalog, deploy, service_apply, service_bench, service_check, ser
 from .cli_app import AppContext, cli, pass_app
 from .errors import ConfigError, DriftError
 from .inventory import default_inventory_path
-from .serve.profile import bench_budgets
+from .serve.profile import RepeatedBudget, bench_budgets
 
 
 @cli.command("hosts")
@@ -323,7 +323,7 @@ def _budgets(text: str | None) -> list[int | str] | None:
         return bench_budgets(parts)
     except ValueError as exc:
         # the comma tip only where the commas may be what went wrong (not for "16 is given twice")
-        tip = "" if "given twice" in str(exc) else "; separate them by commas, e.g. 16,64,auto,schedule"
+        tip = "" if isinstance(exc, RepeatedBudget) else "; separate them by commas, e.g. 16,64,auto,schedule"
         raise click.BadParameter(f"{text!r}: {exc}{tip}", param_hint="--budgets") from None
 
 

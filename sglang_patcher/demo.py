@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from rich.constrain import Constrain
 from rich.rule import Rule
 
 from . import service_apply, service_diff, service_rollback, service_snapshot, service_status
@@ -21,6 +22,14 @@ from .state import sglpatch_home
 
 if TYPE_CHECKING:
     from .cli_app import AppContext
+
+
+RULE_WIDTH = 100  # the step headings' rules: not the whole width of a log (200 columns when piped)
+
+
+def _rule(title: str) -> Constrain:
+    """A step heading: a rule at most ``RULE_WIDTH`` columns wide (the terminal's width if narrower)."""
+    return Constrain(Rule(title), width=RULE_WIDTH)
 
 
 def retire_sandbox_records(venv: Path, rebuilt: bool, *, home: Path | None = None, log=print) -> list[str]:
@@ -49,7 +58,7 @@ def run_demo(app: "AppContext", *, version: str, patchset: str, with_deps: bool 
     results: dict[str, object] = {}
 
     def step(title: str) -> None:
-        app.say(Rule(f"[bold]{title}"))
+        app.say(_rule(f"[bold]{title}"))
 
     load_patchset(patchset).target(version)   # an unsupported release fails before any install
     step(f"0. the target: a local venv with sglang=={version} from PyPI")
@@ -126,6 +135,6 @@ def run_demo(app: "AppContext", *, version: str, patchset: str, with_deps: bool 
                          f"(something was deployed there before the demo started)",
                          hint=f"the sandbox is the demo's own: delete {sandbox_dir(version)} and run "
                               f"the demo again (it rebuilds it)")
-    app.say(Rule("[bold green]done: applied, verified, and rolled back to pristine"))
+    app.say(_rule("[bold green]done: applied, verified, and rolled back to pristine"))
     if app.as_json:
         app.result({k: (v.to_json() if hasattr(v, "to_json") else v) for k, v in results.items()})

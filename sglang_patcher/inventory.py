@@ -384,6 +384,10 @@ def _known_fields(loc: tuple) -> list[str]:
 def _fix(err: dict[str, Any]) -> str:
     loc = err["loc"]
     field = loc[-1] if loc else ""
+    if "environment variable" in err.get("msg", ""):   # before the field's own hint: the value was fine
+        var = _VAR.search(err.get("msg", ""))
+        name = var.group(1) if var else "the variable"
+        return f"export {name} before running sglpatch (e.g. export {name}=...), or write the path out"
     if field == "python":
         return ("set `python:` to the absolute path of the host's interpreter that has sglang, "
                 "e.g. /opt/venvs/sglang/bin/python (run `command -v python` in that env on the host)")
@@ -391,8 +395,6 @@ def _fix(err: dict[str, Any]) -> str:
         if _top_level(loc):
             return "the file's top level takes only `hosts:`, a mapping of host name to its fields"
         return f"remove it or fix its spelling; a host takes: {', '.join(_known_fields(loc))}"
-    if "environment variable" in err.get("msg", ""):
-        return "export the variable before running sglpatch, or write the path out"
     if field == "state_dir":
         return "give an absolute path on the host, or remove `state_dir`"
     if field == "transport":

@@ -29,6 +29,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from .schedule import AUTO, is_auto, parse_entries, schedule_text
 
 _PORTS = re.compile(r"^\s*(\d+)\s*(?:-\s*(\d+)\s*)?$")
+_ENTRY = re.compile(r"^\s*\d+\s*:\s*(\d+|chain)\s*$", re.IGNORECASE)  # one BATCH:BUDGET of a schedule
 ALGORITHMS = ("none", "DFLASH", "DDTREE")
 
 
@@ -44,6 +45,24 @@ class DDTreeSettings(BaseModel):
     # server's grammar (serve/schedule.py), kept as its normal text (sorted, lower case, no spaces);
     # or "auto" (ddtree revision 7): the worker's planner chooses each step's budget up to `budget`
     budget_schedule: str | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _schedule_split_by_a_flow_mapping(cls, data: object) -> object:
+        """``ddtree: {budget_schedule: 1:8,4:16}``: inside ``{ }`` YAML ends the value at the first
+        comma and reads each later entry as a key of its own (``4:16`` as the number 256, YAML
+        1.1's base 60; ``16:chain`` as text). One error that gives the schedule back, quoted,
+        instead of one per piece."""
+        if not isinstance(data, dict) or "budget_schedule" not in data:
+            return data
+        strays = [k for k in data if k not in cls.model_fields and data[k] is None and _entry_text(k)]
+        if not strays:
+            return data
+        text = ",".join(_entry_text(x) or str(x) for x in (data["budget_schedule"], *strays))
+        keys = ", ".join(f"{_entry_text(k)} read as the number {k}" if isinstance(k, int) else str(k) for k in strays)
+        raise ValueError(f"budget_schedule was cut at its first comma: inside {{ }} YAML ends a value at a "
+                         f"comma and made the rest keys of their own ({keys}). Quote it: "
+                         f"{{budget_schedule: \"{text}\"}}")
 
     @field_validator("budget_schedule", mode="before")
     @classmethod
@@ -80,10 +99,15 @@ class DDTreeSettings(BaseModel):
 PROFILE_SCHEDULE = "schedule"
 
 
+class RepeatedBudget(ValueError):
+    """A budget given twice to ``bench_budgets`` (each value is fine; the list is not)."""
+
+
 def bench_budgets(values: list[object]) -> list[int | str]:
     """DDTREE budgets to bench: whole numbers >= 1, ``auto`` (the server's own planner) and
     ``schedule`` (the profile's ``ddtree.budget_schedule``), each once, in the given order;
-    ``"16"`` and ``"Auto"`` are read as 16 and ``auto``. Raises ValueError naming the bad value."""
+    ``"16"`` and ``"Auto"`` are read as 16 and ``auto``. Raises ValueError naming the bad value
+    (``RepeatedBudget`` for one given twice)."""
     out: list[int | str] = []
     for v in values:
         text = str(v).strip().lower()
@@ -91,7 +115,7 @@ def bench_budgets(values: list[object]) -> list[int | str]:
             raise ValueError(f"{v!r} is not a budget (whole numbers >= 1, auto or schedule)")
         item: int | str = text if text in (AUTO, PROFILE_SCHEDULE) else int(text)
         if item in out:
-            raise ValueError(f"{item} is given twice")
+            raise RepeatedBudget(f"{item} is given twice")
         out.append(item)
     return out
 
@@ -205,3 +229,13 @@ def _parse_ports(v: int | str) -> tuple[int, int]:
         raise ValueError(f"port must be a number or LOW-HIGH, got {v!r}")
     lo = int(m.group(1))
     return lo, int(m.group(2) or lo)
+
+
+def _entry_text(x: object) -> str | None:
+    """A schedule entry as written, from what YAML 1.1 made of it: ``4:16`` read as the base-60
+    number 256 gives "4:16"; "16:chain" stays; anything else None."""
+    if isinstance(x, int) and not isinstance(x, bool) and x >= 0:
+        return "%d:%d" % divmod(x, 60)
+    if isinstance(x, str) and _ENTRY.match(x):
+        return x.strip()
+    return None

@@ -1000,7 +1000,8 @@ def test_a_lost_host_backup_with_no_verified_source_restores_nothing_and_then_is
         assert code == 0 and data["bad_backups"] == {did: {rel: str(lost)}}, data
         assert str(sglpatch_home / "backups" / "here" / did) in data["local_backups"][did], data
     code, out, _ = run_cli(capsys, *h, "status", "--host", "here")
-    assert f"deployment {did}: 1 backup(s) missing or damaged" in out and "rollback` puts them back" in out
+    said = " ".join(out.split())   # wherever the console's width wrapped it
+    assert f"deployment {did}: 1 backup(s) missing or damaged" in said and "rollback` puts them back" in said
     local_copy = sglpatch_home / "backups" / "here" / did / rel
     assert local_copy.read_bytes() == edited
     aside = tmp_path / "aside.py"

@@ -198,6 +198,9 @@ def test_unset_variable_is_named(monkeypatch):
         parse_inventory("hosts:\n  a:\n    transport: local\n    python: ${NOPE_NOT_SET}/bin/python\n",
                         origin="inv.yaml")
     assert "line 4" in ei.value.message and "${NOPE_NOT_SET} is not set" in ei.value.message
+    # the hint is the variable's (the python: field's own hint told to write an absolute path)
+    assert ei.value.hint.startswith("export NOPE_NOT_SET before running sglpatch"), ei.value.hint
+    assert "absolute path of the host's interpreter" not in ei.value.hint
 
 
 def test_missing_file_and_wrong_shape(tmp_path):

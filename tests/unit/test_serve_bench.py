@@ -305,6 +305,29 @@ def test_an_unquoted_one_entry_schedule_is_refused_with_the_quoting_fix_and_a_sw
     assert (dd.budget_schedule, dd.budget) == ("1:8", 16)
 
 
+@pytest.mark.parametrize(("written", "keys"), [
+    ("1:8,4:16", "4:16 read as the number 256"),
+    ("1:8,4:16,16:chain", "4:16 read as the number 256, 16:chain"),
+])
+def test_a_schedule_cut_by_a_flow_mapping_gets_one_error_with_the_schedule_quoted(tmp_path, written, keys):
+    """New-user pass: `ddtree: {budget_schedule: 1:8,4:16}` — inside { } YAML ends the value at the
+    comma (68) and makes 4:16 a key of its own (256): two errors, the second "Keys should be
+    strings". Now one, giving back the whole schedule quoted; the quoted form loads."""
+    from sglang_patcher.errors import InventoryError
+    from sglang_patcher.inventory import load_inventory
+
+    inv = tmp_path / "hosts.yaml"
+    body = "hosts:\n  gpu:\n    hostname: g.invalid\n    python: /usr/bin/python3\n    serve: {model: /m, ddtree: %s}\n"
+    inv.write_text(body % f"{{budget: 8, budget_schedule: {written}}}")
+    with pytest.raises(InventoryError) as e:
+        load_inventory(inv)
+    said = str(e.value)
+    assert f"made the rest keys of their own ({keys}). Quote it: {{budget_schedule: \"{written}\"}}" in said, said
+    assert "Keys should be strings" not in said and "problems" not in said, said   # one error
+    inv.write_text(body % f'{{budget: 8, budget_schedule: "{written}"}}')
+    assert load_inventory(inv).hosts["gpu"].serve.ddtree.budget_schedule == written
+
+
 def test_bench_plot_without_matplotlib_is_refused_before_the_run(monkeypatch, tmp_path):
     """matplotlib comes with the ddtree extra only: `bench --plot` found out after the whole run."""
     import sys
