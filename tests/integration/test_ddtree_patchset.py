@@ -254,89 +254,61 @@ def test_revision_5_is_frozen_and_recognised_by_revision_6(ps, version):
         assert r6.classify(path, sha, version=version) == ("patched@r5" if path in changed else "patched"), path
 
 
+def _frozen_and_recognised(ps, version: str, old: int) -> set[str]:
+    """Revision ``old`` stays loadable as ``ddtree@old`` from history/r{old}, renders on the
+    pristine release, its expected hashes are the current patchset's ``history`` map, and a host
+    carrying it is recognised file by file: patched@r{old} exactly where the current revision's
+    bytes differ, patched elsewhere. Returns those differing paths."""
+    tree = _pristine_tree(version)
+    older = load_patchset(f"ddtree@{old}")
+    assert ps.revision > old and older.revision == old
+    assert older.root == DDTREE / "history" / f"r{old}" and older.versions == ps.versions
+    older.render(version, tree.read)
+    e_old, e_now = older.target(version).expected, ps.target(version).expected
+    assert ps.spec.history[old][version] == e_old and set(e_old) == set(e_now)
+    changed = {p for p, sha in e_old.items() if e_now[p] != sha}
+    for path, sha in e_old.items():
+        assert ps.classify(path, sha, version=version) == (f"patched@r{old}" if path in changed else "patched"), path
+    return changed
+
+
+_SPEC_FIELDS = "sglang/srt/arg_groups/fields/spec.py"
+_SPEC_HOOK = "sglang/srt/arg_groups/speculative_hook.py"
+_PREP = "sglang/kernels/ops/speculative/ddtree_prep.py"
+_BUDGET = "sglang/srt/speculative/ddtree_budget.py"
+_WORKER = "sglang/srt/speculative/ddtree_worker.py"
+
+
 @pytest.mark.parametrize("version", RELEASES)
 def test_revision_6_is_frozen_and_recognised_by_the_current_revision(ps, version):
     """Revision 7 adds the ``auto`` budget planner: ddtree_budget.py and ddtree_worker.py, and the
     schedule argument's help and validation (spec.py, speculative_hook.py: patch 0010's two
-    changed lines); revision 8 changes DDTree files only. Revision 6 stays loadable as
-    ``ddtree@6`` and a host carrying it is recognised file by file: patched@r6 exactly where the
-    current revision's bytes differ."""
-    tree = _pristine_tree(version)
-    r6 = load_patchset("ddtree@6")
-    assert ps.revision >= 7 and r6.revision == 6
-    assert r6.root == DDTREE / "history" / "r6" and r6.versions == ps.versions
-    r6.render(version, tree.read)
-    e6, e7 = r6.target(version).expected, ps.target(version).expected
-    assert ps.spec.history[6][version] == e6 and set(e6) == set(e7)
-    changed = {p for p, sha in e6.items() if e7[p] != sha}
-    assert {"sglang/srt/speculative/ddtree_budget.py", "sglang/srt/speculative/ddtree_worker.py",
-            "sglang/srt/arg_groups/fields/spec.py", "sglang/srt/arg_groups/speculative_hook.py"} <= changed
-    others = changed - {"sglang/srt/arg_groups/fields/spec.py", "sglang/srt/arg_groups/speculative_hook.py"}
+    changed lines); later revisions change DDTree files only."""
+    changed = _frozen_and_recognised(ps, version, 6)
+    assert {_BUDGET, _WORKER, _SPEC_FIELDS, _SPEC_HOOK} <= changed
+    others = changed - {_SPEC_FIELDS, _SPEC_HOOK}
     assert others <= set(ps.target(version).new_files), others    # else only the DDTree modules
-    for path, sha in e6.items():
-        assert ps.classify(path, sha, version=version) == ("patched@r6" if path in changed else "patched"), path
 
 
 @pytest.mark.parametrize("version", RELEASES)
-def test_revision_7_is_frozen_and_recognised_by_the_current_revision(ps, version):
-    """Revision 8 changes the top-K preps' first pass (ddtree_prep.py), the planner's plan counter
-    (ddtree_budget.py) and the worker's logging of it (ddtree_worker.py): no SGLang file (revision
-    9 changes two of those three again). Revision 7 stays loadable as ``ddtree@7`` and a host
-    carrying it is recognised file by file: patched@r7 exactly on those three files."""
-    tree = _pristine_tree(version)
-    r7 = load_patchset("ddtree@7")
-    assert ps.revision >= 8 and r7.revision == 7
-    assert r7.root == DDTREE / "history" / "r7" and r7.versions == ps.versions
-    r7.render(version, tree.read)
-    e7, e8 = r7.target(version).expected, ps.target(version).expected
-    assert ps.spec.history[7][version] == e7 and set(e7) == set(e8)
-    changed = {p for p, sha in e7.items() if e8[p] != sha}
-    assert changed == {"sglang/kernels/ops/speculative/ddtree_prep.py", "sglang/srt/speculative/ddtree_budget.py",
-                       "sglang/srt/speculative/ddtree_worker.py"}, changed
-    for path, sha in e7.items():
-        assert ps.classify(path, sha, version=version) == ("patched@r7" if path in changed else "patched"), path
+@pytest.mark.parametrize(("old", "changed"), [
+    (7, {_PREP, _BUDGET, _WORKER}),  # r8: the preps' pass A, the planner's plan counter and the worker's log of it
+    (8, {_PREP, _WORKER}),           # r9: schedules beside the target's CUDA graphs; the prep's shared exp-sum
+    (9, {_PREP, _WORKER}),           # r10: the small-K prep's row program; an unused argument of the worker's check
+], ids=["r7", "r8", "r9"])
+def test_revisions_7_to_9_are_frozen_and_recognised_on_the_files_that_changed_since(ps, version, old, changed):
+    """Revisions 8, 9 and 10 change DDTree files only, no SGLang file: a host carrying revision 7, 8
+    or 9 is recognised as patched@rN exactly on the files changed since (the later revisions
+    touched no others)."""
+    assert _frozen_and_recognised(ps, version, old) == changed
 
 
-@pytest.mark.parametrize("version", RELEASES)
-def test_revision_8_is_frozen_and_recognised_by_the_current_revision(ps, version):
-    """Revision 9 runs schedules beside the target's CUDA graphs (ddtree_worker.py) and shares the
-    prep's exp-sum (ddtree_prep.py): no SGLang file (revision 10 changes both again). Revision 8
-    stays loadable as ``ddtree@8`` and a host carrying it is recognised file by file: patched@r8
-    exactly on those two files."""
-    tree = _pristine_tree(version)
-    r8 = load_patchset("ddtree@8")
-    assert ps.revision >= 9 and r8.revision == 8
-    assert r8.root == DDTREE / "history" / "r8" and r8.versions == ps.versions
-    r8.render(version, tree.read)
-    e8, e9 = r8.target(version).expected, ps.target(version).expected
-    assert ps.spec.history[8][version] == e8 and set(e8) == set(e9)
-    changed = {p for p, sha in e8.items() if e9[p] != sha}
-    assert changed == {"sglang/kernels/ops/speculative/ddtree_prep.py",
-                       "sglang/srt/speculative/ddtree_worker.py"}, changed
-    for path, sha in e8.items():
-        assert ps.classify(path, sha, version=version) == ("patched@r8" if path in changed else "patched"), path
-    # what sglpatch asks a deployed revision about: beside CUDA graphs from revision 9 only
+def test_what_sglpatch_asks_a_revision_about():
+    """Features by revision: several verify widths beside CUDA graphs from revision 9 on;
+    revision 10 adds none."""
+    ps = load_patchset("ddtree")
+    assert ps.revision == 10
     assert "budget_schedule_graphs" in ps.features_at(9) and "budget_schedule_graphs" not in ps.features_at(8)
-
-
-@pytest.mark.parametrize("version", RELEASES)
-def test_revision_9_is_frozen_and_recognised_by_revision_10(ps, version):
-    """Revision 10 makes the top-K prep cheaper for small budgets (ddtree_prep.py) and drops an
-    unused argument of the worker's CUDA-graph width check (ddtree_worker.py): no SGLang file, no
-    new feature. Revision 9 stays loadable as ``ddtree@9`` and a host carrying it is recognised
-    file by file: patched@r9 exactly on those two files."""
-    tree = _pristine_tree(version)
-    r9 = load_patchset("ddtree@9")
-    assert (ps.revision, r9.revision) == (10, 9)
-    assert r9.root == DDTREE / "history" / "r9" and r9.versions == ps.versions
-    r9.render(version, tree.read)
-    e9, e10 = r9.target(version).expected, ps.target(version).expected
-    assert ps.spec.history[9][version] == e9 and set(e9) == set(e10)
-    changed = {p for p, sha in e9.items() if e10[p] != sha}
-    assert changed == {"sglang/kernels/ops/speculative/ddtree_prep.py",
-                       "sglang/srt/speculative/ddtree_worker.py"}, changed
-    for path, sha in e9.items():
-        assert ps.classify(path, sha, version=version) == ("patched@r9" if path in changed else "patched"), path
     assert ps.features_at(10) == ps.features_at(9)
 
 
