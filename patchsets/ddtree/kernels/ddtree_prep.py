@@ -14,9 +14,9 @@ log-probs and token ids under the tie rule (value desc, id asc), and the rows' l
 | ``tie_fix_triton``         | full-vocabulary int32 ``where`` + topk    | "row" prep                          |
 | ``prep_chunked_triton``    | (both of the above, (row, chunk) grid)    | "chunked": 2.3x "row" at bs 1       |
 | ``topk_small_triton``      | same (K <= 32, bf16/fp16/fp32); each      | default prep for K <= 32 (bf16):    |
-|                            | logit read once, then one program per row | 20-25 us at bs 1, 35-39 at bs 8,    |
-|                            | gathers the K best sub-blocks and sorts   | 185-224 at bs 64 (bound: 28-29 /    |
-|                            | their candidates                          | 81-83 / 541-554)                    |
+|                            | logit read once, then one program per row | 16-21 us at bs 1, 30-36 at bs 8,    |
+|                            | gathers the K best sub-blocks and sorts   | 172-192 at bs 64 (bound: 24-27 /    |
+|                            | their candidates                          | 77-80 / 521-536)                    |
 
 Importing this module needs Triton; ``sglang/srt/speculative/ddtree_tree.py`` imports it lazily,
 only for CUDA tensors (or when asked to). The kernels also run under ``TRITON_INTERPRET=1`` on CPU
@@ -573,9 +573,10 @@ def _kth_sub_block_max(v, K, NCH, OMAX: tl.constexpr, SPC: tl.constexpr, NSBP: t
     image; lo is the smallest chunk maximum when the row has NCH >= K chunks (each chunk's maximum
     is a sub-block maximum of its own, so at least NCH of them are >= it), else 0. On logits the
     chunk maxima lie close to the row's maximum (a few hundred 16-bit images apart where the full
-    range is 65,536), so most rounds find lo == hi and skip their count (H200, batch 64: 28 -> ~14
-    us). Returns 0 ... OMAX (v's dtype); a row with fewer than K images >= 0 gets a value the
-    callers replace (they take every non-empty sub-block then)."""
+    range is 65,536), so most rounds find lo == hi and skip their count (on the H200 the search
+    from the whole range was 28 of the small prep's 49 us row program at batch 64, K 8). Returns
+    0 ... OMAX (v's dtype); a row with fewer than K images >= 0 gets a value the callers replace
+    (they take every non-empty sub-block then)."""
     cmx = tl.max(tl.reshape(v, [NSBP // SPC, SPC]), axis=1)
     hi = tl.max(v, axis=0)
     lo = tl.where(NCH >= K, tl.min(tl.where(cmx >= 0, cmx, OMAX), axis=0), 0).to(hi.dtype)
