@@ -31,7 +31,7 @@ import difflib
 import os
 import re
 from pathlib import Path, PurePosixPath
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 import yaml
 from pydantic import (BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator,
@@ -284,12 +284,13 @@ def parse_inventory(text: str, *, origin: str = "hosts.yaml", skip_bad_hosts: bo
             inv = Inventory.model_validate({**data, "hosts": hosts, "path": origin})  # the errors were all theirs
             inv.invalid = bad
             return inv
-        problems = [_describe(err, node) for err in exc.errors()]
+        errors = _merge_flow_splits(exc.errors())
+        problems = [_describe(err, node) for err in errors]
         head = problems[0] if len(problems) == 1 else f"{len(problems)} problems"
         msg = f"{origin}: invalid inventory: {head}"
         if len(problems) > 1:
             msg += "".join(f"\n  - {p}" for p in problems)
-        hints = list(dict.fromkeys(_fix(e) for e in exc.errors()))
+        hints = list(dict.fromkeys(_fix(e) for e in errors))
         raise InventoryError(msg, hint="; ".join(hints)) from exc
     return inv
 
@@ -300,7 +301,7 @@ def _bad_hosts(exc: ValidationError, node: yaml.Node | None) -> dict[str, tuple[
     """{host name: (its problems, their fixes)} when every error of ``exc`` lies inside a host
     entry; None when any lies at the file's top level (then the whole file is refused)."""
     bad: dict[str, tuple[list[str], list[str]]] = {}
-    for err in exc.errors():
+    for err in _merge_flow_splits(exc.errors()):
         loc = tuple(p for p in err["loc"] if p != "path")
         if len(loc) < 2 or loc[0] != "hosts":
             return None
@@ -376,9 +377,62 @@ def _top_level(loc: tuple) -> bool:
     return len(tuple(p for p in loc if p != "path")) == 1
 
 
+def _model_at(loc: tuple) -> type[BaseModel] | None:
+    """The model whose keys ``loc`` (a field of it, inside a host entry) is among: Host for
+    ``hosts.NAME.FIELD``, ServeProfile for ``hosts.NAME.serve.FIELD``, and so on down."""
+    model: type[BaseModel] = Host
+    for part in loc[2:-1]:
+        field = model.model_fields.get(str(part))
+        if field is None:
+            return None
+        inner = [a for a in (field.annotation, *get_args(field.annotation))
+                 if isinstance(a, type) and issubclass(a, BaseModel)]
+        if not inner:
+            return None
+        model = inner[0]
+    return model
+
+
 def _known_fields(loc: tuple) -> list[str]:
-    """The keys allowed where ``loc`` points: the top level's, or a host's."""
-    return ["hosts"] if _top_level(loc) else [f for f in Host.model_fields if f != "name"]
+    """The keys allowed where ``loc`` points: the top level's, a host's, or those of the mapping
+    inside a host (``serve:``, ``serve.ddtree:``, ``serve.bench:``) it is in."""
+    if _top_level(loc):
+        return ["hosts"]
+    model = _model_at(loc)
+    return [f for f in (model or Host).model_fields if f not in ("name", "path")]
+
+
+def _merge_flow_splits(errors: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``bench: {concurrency: 1,4,16}``: inside ``{ }`` YAML ends a value at a comma and makes each
+    later piece a key of its own (an int here: "Keys should be strings"). Those pieces' errors are
+    folded into one for the field they were cut from, which gives the value back as a list."""
+    strays: dict[tuple, list[Any]] = {}
+    for err in errors:
+        loc = tuple(err["loc"])
+        if loc and isinstance(loc[-1], int) and "Keys should be strings" in err.get("msg", ""):
+            strays.setdefault(loc[:-1], []).append(loc[-1])
+    if not strays:
+        return errors
+    out: list[dict[str, Any]] = []
+    parents = set(strays)
+    for err in errors:
+        loc = tuple(err["loc"])
+        if loc and isinstance(loc[-1], int) and loc[:-1] in parents and "Keys should be strings" in err.get("msg", ""):
+            continue
+        if len(loc) > 1 and loc[:-1] in strays and err.get("type") != "flow_split":
+            items = [err.get("input"), *strays.pop(loc[:-1])]
+            value = "[" + ", ".join(str(i) for i in items) + "]"
+            out.append({"loc": loc, "type": "flow_split", "input": value,
+                        "msg": f"{loc[-1]} was cut at its first comma: inside {{ }} YAML ends a value at a "
+                               f"comma and made the rest keys of their own ({', '.join(str(i) for i in items[1:])}); "
+                               f"write the list in brackets: {loc[-1]}: {value}"})
+            continue
+        out.append(err)
+    for parent, keys in strays.items():   # no sibling error to fold them into: say what they are
+        out.append({"loc": (*parent, keys[0]), "type": "flow_split", "input": keys,
+                    "msg": f"keys {', '.join(map(str, keys))} look like the rest of a value cut at a comma "
+                           "inside { }: put that value in brackets [ ] or quotes"})
+    return out
 
 
 def _fix(err: dict[str, Any]) -> str:
@@ -391,10 +445,14 @@ def _fix(err: dict[str, Any]) -> str:
     if field == "python":
         return ("set `python:` to the absolute path of the host's interpreter that has sglang, "
                 "e.g. /opt/venvs/sglang/bin/python (run `command -v python` in that env on the host)")
+    if err["type"] == "flow_split":
+        return "inside { } a comma ends a value: write a list in brackets [ ], quote a text, or put the mapping in block style"
     if err["type"] == "extra_forbidden":
         if _top_level(loc):
             return "the file's top level takes only `hosts:`, a mapping of host name to its fields"
-        return f"remove it or fix its spelling; a host takes: {', '.join(_known_fields(loc))}"
+        model = _model_at(loc)
+        where = "a host" if model in (None, Host) else f"`{loc[-2]}:`"
+        return f"remove it or fix its spelling; {where} takes: {', '.join(_known_fields(loc))}"
     if field == "state_dir":
         return "give an absolute path on the host, or remove `state_dir`"
     if field == "transport":

@@ -269,9 +269,19 @@ def snapshot(transport: Transport, host: Any, info: Any, home: Path | None = Non
                     task.total(nbytes=sum(remote[p].size for p in want), files=len(want))
                     task.note("fetching")
                     args = {"site_packages": info.site_packages, **({"compress": "gz"} if compress else {})}
-                    got = _stream(name, transport, info, "tar", args, json.dumps(want).encode(), sudo, timeout,
-                                  lambda f: _extract(name, f, want, remote, mirror.tree, task=task))
-                    result.bytes_fetched = got
+                    landed: dict[str, tuple[str, int, int]] = {}
+                    try:
+                        result.bytes_fetched = _stream(
+                            name, transport, info, "tar", args, json.dumps(want).encode(), sudo, timeout,
+                            lambda f: _extract(name, f, want, remote, mirror.tree, task=task, got=landed))
+                    except BaseException:
+                        if not complete and landed:   # a resumed first snapshot: keep this run's files too
+                            kept = {**old, **{p: FileEntry(p, sha, size, mode) for p, (sha, size, mode) in landed.items()}}
+                            Manifest(source=f"host:{name}", sglang_version=info.sglang_version,
+                                     site_packages=info.site_packages, created=None, files=kept).save(partial)
+                            task.failed_note = (f"the mirror is partial: {len(kept)} of {len(remote)} files kept; "
+                                                f"the next snapshot of {name} fetches only the rest")
+                        raise
                 result.fetched = want
         result.deleted = sorted(set(old) - set(remote)) if complete else []
         changed = (bool(result.fetched) or bool(result.deleted) or not complete
@@ -461,10 +471,11 @@ def _chmod_local(path: str | Path, mode: int) -> None:
 
 
 def _extract(host: str, stream: bytes | BinaryIO, want: list[str], remote: dict[str, FileEntry],
-             tree: Path, *, task: Task | None = None) -> int:
+             tree: Path, *, task: Task | None = None, got: dict[str, tuple[str, int, int]] | None = None) -> int:
     """Unpack ``stream`` (tar, optionally gzip; bytes or a readable stream) into ``tree``: exactly
     the files of ``want``, each hashed as it is written and renamed into place only when it has the
-    host's hash in ``remote``. Returns bytes written."""
+    host's hash in ``remote``. Returns bytes written. ``got`` (the caller's, optional) receives
+    ``path: (sha256, size, mode)`` of each file in place, also when an error stops the rest."""
     wanted = set(want)
 
     def verify(name: str, sha: str) -> None:
@@ -472,7 +483,7 @@ def _extract(host: str, stream: bytes | BinaryIO, want: list[str], remote: dict[
             raise StateError(f"{host}: {name} changed on the host during the snapshot",
                              hint="run the snapshot again once nothing is writing to the install")
 
-    got: dict[str, tuple[str, int, int]] = {}
+    got = {} if got is None else got
     _unpack(host, stream, tree, wanted.__contains__, direct=False, got=got, verify=verify, task=task)
     missing = wanted - set(got)
     if missing:

@@ -106,9 +106,9 @@ class DeployPlan:
             t.caption = (f"{len(push) - deleted} file(s) {'written' if written else 'would be written'}"
                          + (f", {deleted} deleted" if deleted else "")
                          + (f", {rest} left as they are (action none)" if rest else "")
-                         + f"; the diff from pristine: +{added:,} −{removed:,} "
-                           f"lines (`sglpatch diff {self.patchset_arg or self.patchset} --host {self.host}` "
-                           f"prints it)")
+                         + f"; {'they' if len(push) > 1 else 'it'} differ{'' if len(push) > 1 else 's'} "
+                           f"from pristine by +{added:,} −{removed:,} lines (`sglpatch diff "
+                           f"{self.patchset_arg or self.patchset} --host {self.host}` prints the whole patchset's diff)")
         notes = list(self.result.notes) if self.result is not None else []
         if notes:   # what `diff` says about the series (e.g. CRLF line ends kept), apply says too
             from rich.console import Group
@@ -403,6 +403,9 @@ class RollbackResult:
     superseded: dict[str, dict[str, Any]] = field(default_factory=dict)
     # `--to` a superseded deployment: the deployments active on the host (what a rollback would undo)
     active: list[str] = field(default_factory=list)
+    # `--to` a deployment rolled back already while later ones touching its files are active: its id
+    # and when it was rolled back ({"id", "rolled_back_at"}); those later ones are what was undone
+    to_rolled_back: dict[str, str] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return {**asdict(self), "seconds": round(self.seconds, 3)}   # as apply's --json gives them
@@ -455,6 +458,12 @@ class RollbackResult:
         for p, h in sorted(self.files.items()):
             t.add_row(p, h or "(removed)")
         notes = [f"{p}: its edited bytes were kept at {k} (host)" for p, k in sorted(self.drift_kept.items())]
+        if self.to_rolled_back:
+            t0 = self.to_rolled_back
+            notes.insert(0, f"deployment {t0['id']} (named by --to) was rolled back already"
+                            + (f" at {t0['rolled_back_at']}" if t0.get("rolled_back_at") else "")
+                            + f"; the deployment(s) made after it that touch its files were rolled back, so that "
+                              f"the host is as before it: {', '.join(self.rolled_back)}")
         bc = self.bytecode
         if bc.get("recompiled"):
             notes.append(f"bytecode: {len(bc['recompiled'])} restored module(s) compiled into __pycache__ again "

@@ -38,7 +38,8 @@ def rollback_host(transport: Transport, host: Host, info: HostInfo, deployment_i
     """Roll back ``deployment_id`` (None: the latest active one; an interrupted one first).
 
     With an id, every active deployment after it that touches the same files is rolled back too,
-    newest first, so the host ends in the state before ``deployment_id``. The agent restores each
+    newest first, so the host ends in the state before ``deployment_id``; where that one was rolled
+    back already, only those later ones are, and ``to_rolled_back`` says so. The agent restores each
     backup (stage, verify, rename, original owner and mode), removes added files, purges bytecode and
     verifies every file against its recorded pre-deploy sha256. A file edited on the host since the
     deployment wrote it is drift: :class:`DriftError` naming the files and nothing is changed, unless
@@ -58,6 +59,7 @@ def rollback_host(transport: Transport, host: Host, info: HostInfo, deployment_i
     """
     t0 = time.monotonic()
     rt0 = transport.round_trips
+    to_rolled_back: dict[str, str] = {}
     home = home or sglpatch_home()
     progress = progress or no_progress
     name = host_name(host, transport)
@@ -101,6 +103,8 @@ def rollback_host(transport: Transport, host: Host, info: HostInfo, deployment_i
         first = records[deployment_id]
         todo = [d for d in todo if d is first or set(d.get("files", {})) & set(first.get("files", {}))]
         todo.reverse()
+        if todo and first.get("phase") not in ACTIVE:   # said with the result: it undoes later ones only
+            to_rolled_back = {"id": deployment_id, "rolled_back_at": first.get("times", {}).get("rolled_back", "")}
     refuse_other_release(name, info, todo, home)
     takeover = lock_takeover(name, hist.get("lock"), break_lock, "cannot roll back")
     if todo:
@@ -155,7 +159,7 @@ def rollback_host(transport: Transport, host: Host, info: HostInfo, deployment_i
             final[p] = f.get("before")
     return RollbackResult(host=name, rolled_back=rolled, files=final, already=already,
                           round_trips=transport.round_trips - rt0, seconds=time.monotonic() - t0,
-                          backups_put_back=put_back, drift_kept=kept,
+                          backups_put_back=put_back, drift_kept=kept, to_rolled_back=to_rolled_back,
                           bytecode={k: (sorted(set(v)) if k == "recompiled" else v) for k, v in bytecode.items()})
 
 

@@ -336,6 +336,38 @@ def test_a_rollback_of_stacked_deployments_checks_every_file_before_the_first_is
     assert [d["phase"] for d in data["deployments"]][-2:] == ["verified", "verified"], data["deployments"]
 
 
+def test_rollback_to_a_deployment_rolled_back_already_says_it_undid_the_later_one(
+        capsys, tmp_path, sglpatch_home, local_target):
+    """New-user pass: `rollback --to X` where X was rolled back already and Y was applied since
+    undid Y (the host as before X, as documented) without a word about X. Now the result names X,
+    when it was rolled back, and that Y is undone because it came after X; --json carries it too."""
+    from sglang_patcher.inventory import Host
+
+    h = ["--hosts", str(write_hosts(tmp_path / "hosts.yaml",
+                                    Host(name="here", transport="local", python=str(local_target))))]
+    code, x, err = run_json(capsys, *h, "apply", "ddtree", "--host", "here", "--yes")
+    assert code == 0, err
+    assert run_json(capsys, *h, "rollback", "--host", "here")[0] == 0
+    code, y, err = run_json(capsys, *h, "apply", "ddtree", "--host", "here", "--yes")
+    assert code == 0 and y["deployment_id"] != x["deployment_id"], err
+    code, out, err = run_cli(capsys, *h, "rollback", "--host", "here", "--to", x["deployment_id"])
+    said = " ".join(out.split())
+    assert code == 0, err
+    assert f"deployment {x['deployment_id']} (named by --to) was rolled back already at " in said, said
+    assert f"so that the host is as before it: {y['deployment_id']}" in said, said
+    code, data, _ = run_json(capsys, *h, "status", "--host", "here")
+    assert [d["phase"] for d in data["deployments"]][-2:] == ["rolled_back", "rolled_back"], data["deployments"]
+    # the same through --json, on a third deployment
+    code, z, err = run_json(capsys, *h, "apply", "ddtree", "--host", "here", "--yes")
+    code, data, err = run_json(capsys, *h, "rollback", "--host", "here", "--to", x["deployment_id"])
+    assert code == 0 and data["rolled_back"] == [z["deployment_id"]], (data, err)
+    assert data["to_rolled_back"]["id"] == x["deployment_id"] and data["to_rolled_back"]["rolled_back_at"], data
+    # --to the active one itself says nothing of the kind
+    code, z2, err = run_json(capsys, *h, "apply", "ddtree", "--host", "here", "--yes")
+    code, data, err = run_json(capsys, *h, "rollback", "--host", "here", "--to", z2["deployment_id"])
+    assert code == 0 and data["rolled_back"] == [z2["deployment_id"]] and data["to_rolled_back"] == {}, data
+
+
 @pytest.mark.ssh
 def test_rollback_without_host_takes_the_latest_deployment(capsys, tmp_path, sglpatch_home,
                                                           sshd, sglang_target):

@@ -327,7 +327,8 @@ def test_an_interrupted_first_snapshot_keeps_what_it_fetched_and_the_next_fetche
         local_host, local_target, tmp_path):
     """Ctrl-C half-way through a first snapshot (issue 18: it printed only "Aborted."): the meter
     says the mirror is partial and that the next snapshot completes it; the files fetched so far stay
-    (not a mirror yet: Mirror.open refuses it) and the next snapshot fetches only the rest."""
+    (not a mirror yet: Mirror.open refuses it), also those of a resuming run interrupted again, and
+    the next snapshot fetches only the rest."""
     from sglang_patcher.progress import PlainMeter
 
     class CtrlC(PlainMeter):
@@ -352,8 +353,16 @@ def test_an_interrupted_first_snapshot_keeps_what_it_fetched_and_the_next_fetche
         in lines[-1]
     with pytest.raises(StateError):
         Mirror.open(tmp_path, "local-test", "0.5.23")
+    # interrupted again while resuming (new-user pass: the second run's files were not kept, the
+    # third fetched them again): the partial manifest grows by what each run fetched
+    lines.clear()
+    with pytest.raises(KeyboardInterrupt):
+        snapshot(t, local_host, info, home=tmp_path, meter=CtrlC(lines.append))
+    assert "interrupted after 2000/" in lines[-1] and "the mirror is partial: 4000 of" in lines[-1], lines[-1]
+    with pytest.raises(StateError):
+        Mirror.open(tmp_path, "local-test", "0.5.23")
     rest = snapshot(t, local_host, info, home=tmp_path)
-    assert rest.unchanged == 2000 and len(rest.fetched) == rest.files - 2000 and rest.round_trips == 2
+    assert rest.unchanged == 4000 and len(rest.fetched) == rest.files - 4000 and rest.round_trips == 2
     _assert_mirror_equals_live(rest.mirror, local_target)
     assert not (rest.mirror.root / "manifest.partial.json").exists()
 

@@ -335,3 +335,33 @@ def test_snapshot_takes_host_as_every_command_does_and_unknown_hosts_name_sandbo
     assert "name the host" in capsys.readouterr().err
     assert main(["--hosts", str(f), "snapshot", "gpu", "--host", "other"]) == 2
     assert "two hosts given" in capsys.readouterr().err
+
+
+def test_a_list_cut_by_a_flow_mapping_gets_one_error_that_gives_it_back_in_brackets():
+    """New-user pass: `bench: {concurrency: 1,4,16}` gave "Input should be a valid list" plus a
+    "Keys should be strings" per later piece, with no hint. Now one error: the list in brackets."""
+    with pytest.raises(InventoryError) as ei:
+        parse_inventory("hosts:\n  a:\n    transport: local\n    python: /p\n"
+                        "    serve: {model: /m, bench: {concurrency: 1,4,16}}\n", origin="inv.yaml")
+    said = ei.value.message
+    assert "problems" not in said and "Keys should be strings" not in said, said
+    assert "line 5: hosts.a.serve.bench.concurrency: concurrency was cut at its first comma" in said, said
+    assert "write the list in brackets: concurrency: [1, 4, 16]" in said and "[ ]" in ei.value.hint
+    # brackets load
+    inv = parse_inventory("hosts:\n  a:\n    transport: local\n    python: /p\n"
+                          "    serve: {model: /m, bench: {concurrency: [1, 4, 16]}}\n")
+    assert inv.get("a").serve.bench.concurrency == [1, 4, 16]
+
+
+def test_an_unknown_field_inside_serve_is_matched_against_serves_own_fields():
+    """`serve: {modle: /x}`: no "did you mean", and the hint listed a host's fields."""
+    with pytest.raises(InventoryError) as ei:
+        parse_inventory("hosts:\n  a:\n    transport: local\n    python: /p\n    serve: {modle: /x}\n")
+    assert "unknown field `modle` (did you mean `model`?)" in ei.value.message, ei.value.message
+    assert "`serve:` takes: model, draft_model" in ei.value.hint and "transport" not in ei.value.hint
+    with pytest.raises(InventoryError) as ei:
+        parse_inventory("hosts:\n  a:\n    transport: local\n    python: /p\n    serve: {model: /x, ddtree: {budgt: 3}}\n")
+    assert "(did you mean `budget`?)" in ei.value.message and "`ddtree:` takes: budget, topk" in ei.value.hint
+    with pytest.raises(InventoryError) as ei:   # a host's own field: the host's list, as before
+        parse_inventory("hosts:\n  a:\n    transport: local\n    pyton: /p\n")
+    assert "(did you mean `python`?)" in ei.value.message and "a host takes: " in ei.value.hint
