@@ -31,9 +31,10 @@ PIPED_WIDTH = 200  # columns of output that goes to a file or a pipe (rich's def
 def output_console() -> Console:
     """The console for results on stdout: the terminal's width on a terminal (or $COLUMNS when
     set); ``PIPED_WIDTH`` when stdout is a file or a pipe, so that tables in logs and ``| less``
-    keep one line per row."""
+    keep one line per row, and messages printed whole (soft wrap: a path or a command in a
+    warning is never broken across lines)."""
     piped = not os.environ.get("COLUMNS") and not sys.stdout.isatty()
-    return Console(highlight=False, width=PIPED_WIDTH if piped else None)
+    return Console(highlight=False, width=PIPED_WIDTH if piped else None, soft_wrap=piped)
 
 
 @dataclass
@@ -120,8 +121,8 @@ class AppContext:
                 click.echo(data)
             else:
                 click.echo(json.dumps(data, indent=2, sort_keys=True, default=str))
-        else:  # soft wrap: lines longer than the terminal are printed whole (a diff's must be)
-            self.console.print(obj, soft_wrap=bool(getattr(obj, "uncropped", False)))
+        else:  # soft wrap: lines longer than the terminal are printed whole (a diff's must be; piped, all)
+            self.console.print(obj, soft_wrap=True if getattr(obj, "uncropped", False) else None)
 
 
 pass_app = click.make_pass_decorator(AppContext)

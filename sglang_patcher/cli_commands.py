@@ -25,7 +25,11 @@ def hosts_cmd(app: AppContext, check: bool, tag: str | None) -> None:
     """List the inventory (hosts.yaml; without one, the embedded sandbox alone)."""
     if app.hosts_file is None and not default_inventory_path().exists():
         from .sandbox import sandbox_host  # no inventory at all: the one host that needs none
-        hosts = [h for h in [sandbox_host()] if not tag or tag in h.tags]
+        sandbox = sandbox_host()
+        hosts = [h for h in [sandbox] if not tag or tag in h.tags]
+        if not hosts:
+            app.err.print(f"no host is tagged {tag!r}: there is no inventory, and the embedded sandbox's "
+                          f"tags are {', '.join(sandbox.tags) or 'none'}", markup=False)
     else:  # a file that exists is read, and any problem in it reported
         inv = app.inventory()
         hosts = inv.with_tag(tag) if tag else [inv.get(n) for n in inv.names()]

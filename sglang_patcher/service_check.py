@@ -66,7 +66,7 @@ def check_host(host: Host, *, level: int | None = None, prompts: str | Path | No
             # pass); only a run that came to stop leftover servers leaves it at skipped
             missing = "skipped" if stop_leftovers else "failed"
             report = CheckReport(host=host.name)
-            report.checks.append(CheckResult("L0", "patched files compile", missing,
+            report.checks.append(CheckResult("L0", "a deployment to check", missing,
                                              "no active sglpatch deployment on this host: nothing to "
                                              "check (apply a patchset first)"))
         if level >= 2 and not active:

@@ -477,8 +477,10 @@ class RollbackResult:
             notes.append("; ".join(
                 f"{did}: {len(got)} lost backup(s) put back on the host first, verified by sha256, from "
                 + ", ".join(sorted(set(got.values()))) for did, got in sorted(self.backups_put_back.items())))
-        if notes:
-            t.caption = "\n".join(notes)
+        if notes:   # lines of their own after the table (a caption wraps at the table's width, paths too)
+            from rich.console import Group
+            from rich.text import Text
+            return Group(t, *(Text(f"  {n}") for n in notes))
         return t
 
 

@@ -27,7 +27,7 @@ def test_check_without_a_deployment_or_profile(capsys, tmp_path, sglpatch_home, 
     assert "no active sglpatch deployment" in data["checks"][0]["detail"]
     assert "apply a patchset first" in data["checks"][0]["detail"]
     # the one failure's reason is in the error's own line, not only in a table cell (new user)
-    assert "failed: L0 patched files compile — no active sglpatch deployment" in data["error"], data["error"]
+    assert "failed: L0 a deployment to check — no active sglpatch deployment" in data["error"], data["error"]
     # ...except for a run that only came to stop leftover servers
     code, data, err = run_json(capsys, *h, "check", "--host", "here", "--stop-leftovers")
     assert code == 0 and [(c["level"], c["status"]) for c in data["checks"]] == [("L0", "skipped")], data

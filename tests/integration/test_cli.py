@@ -986,7 +986,7 @@ def test_output_that_cannot_be_written_is_one_clear_error(tmp_path, sglpatch_hom
         assert "No space left on device" in p.stderr and "Traceback" not in p.stderr, p.stderr
 
 
-def test_hosts_with_an_empty_inventory_or_unused_tag_says_what_to_do(capsys, tmp_path, sglpatch_home):
+def test_hosts_with_an_empty_inventory_or_unused_tag_says_what_to_do(capsys, tmp_path, sglpatch_home, monkeypatch):
     """An empty hosts.yaml is allowed (exit 0, valid JSON) but not silent: stderr says it has no
     hosts and how to add one; a tag no host carries names the tags in use."""
     empty = tmp_path / "hosts.yaml"
@@ -999,6 +999,15 @@ def test_hosts_with_an_empty_inventory_or_unused_tag_says_what_to_do(capsys, tmp
     repo_hosts = str(Path(__file__).resolve().parents[2] / "hosts.yaml")
     code, data, err = run_json(capsys, "--hosts", repo_hosts, "hosts", "--tag", "no-such-tag")
     assert code == 0 and data["hosts"] == [] and "no host is tagged 'no-such-tag'" in err and "tags in use" in err
+    # no inventory at all (the embedded sandbox alone): an unused tag is said too (was: an empty table)
+    from sglang_patcher.inventory import HOSTS_ENV
+    nowhere = tmp_path / "nowhere"
+    nowhere.mkdir()
+    monkeypatch.chdir(nowhere)
+    monkeypatch.delenv(HOSTS_ENV, raising=False)
+    code, data, err = run_json(capsys, "hosts", "--tag", "no-such-tag")
+    assert code == 0 and data["hosts"] == [], data
+    assert "no host is tagged 'no-such-tag': there is no inventory, and the embedded sandbox's tags are sandbox" in err
 
 
 def test_a_lost_host_backup_with_no_verified_source_restores_nothing_and_then_is_put_back(

@@ -758,7 +758,7 @@ def test_the_plan_caption_accounts_for_every_row():
     files.pop("pkg/old.py")
     files.pop("pkg/gone.py")
     text = " ".join(_text(plan.render()).split())
-    assert "1 file(s) would be written; the diff" in text and "left as" not in text, text
+    assert "1 file(s) would be written; it differs from pristine by +1 −0 lines" in text and "left as" not in text, text
 
 
 def test_rollback_json_rounds_its_seconds_as_apply_does():
