@@ -419,7 +419,7 @@ def _merge_flow_splits(errors: list[dict[str, Any]]) -> list[dict[str, Any]]:
         loc = tuple(err["loc"])
         if loc and isinstance(loc[-1], int) and loc[:-1] in parents and "Keys should be strings" in err.get("msg", ""):
             continue
-        if len(loc) > 1 and loc[:-1] in strays and err.get("type") != "flow_split":
+        if len(loc) > 1 and loc[:-1] in strays and err.get("type") == "list_type":   # the list that was cut
             items = [err.get("input"), *strays.pop(loc[:-1])]
             value = "[" + ", ".join(str(i) for i in items) + "]"
             out.append({"loc": loc, "type": "flow_split", "input": value,
