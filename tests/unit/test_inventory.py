@@ -347,6 +347,12 @@ def test_a_list_cut_by_a_flow_mapping_gets_one_error_that_gives_it_back_in_brack
     assert "problems" not in said and "Keys should be strings" not in said, said
     assert "line 5: hosts.a.serve.bench.concurrency: concurrency was cut at its first comma" in said, said
     assert "write the list in brackets: concurrency: [1, 4, 16]" in said and "[ ]" in ei.value.hint
+    # beside another field's error: each keeps its own
+    with pytest.raises(InventoryError) as ei:
+        parse_inventory("hosts:\n  a:\n    transport: local\n    python: /p\n"
+                        "    serve: {model: /m, bench: {requests: abc, concurrency: 1,4,16}}\n")
+    said = ei.value.message
+    assert "2 problems" in said and "concurrency: [1, 4, 16]" in said and "bench.requests: Input should be a valid integer" in said
     # brackets load
     inv = parse_inventory("hosts:\n  a:\n    transport: local\n    python: /p\n"
                           "    serve: {model: /m, bench: {concurrency: [1, 4, 16]}}\n")
