@@ -406,18 +406,19 @@ def _merge_flow_splits(errors: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """``bench: {concurrency: 1,4,16}``: inside ``{ }`` YAML ends a value at a comma and makes each
     later piece a key of its own (an int here: "Keys should be strings"). Those pieces' errors are
     folded into one for the field they were cut from, which gives the value back as a list."""
+    def stray(err: dict[str, Any]) -> bool:   # a piece of a cut value, read as a key of its own
+        loc = err["loc"]
+        return bool(loc) and isinstance(loc[-1], int) and "Keys should be strings" in err.get("msg", "")
+
     strays: dict[tuple, list[Any]] = {}
-    for err in errors:
-        loc = tuple(err["loc"])
-        if loc and isinstance(loc[-1], int) and "Keys should be strings" in err.get("msg", ""):
-            strays.setdefault(loc[:-1], []).append(loc[-1])
+    for err in filter(stray, errors):
+        strays.setdefault(tuple(err["loc"][:-1]), []).append(err["loc"][-1])
     if not strays:
         return errors
     out: list[dict[str, Any]] = []
-    parents = set(strays)
     for err in errors:
         loc = tuple(err["loc"])
-        if loc and isinstance(loc[-1], int) and loc[:-1] in parents and "Keys should be strings" in err.get("msg", ""):
+        if stray(err):
             continue
         if len(loc) > 1 and loc[:-1] in strays and err.get("type") == "list_type":   # the list that was cut
             items = [err.get("input"), *strays.pop(loc[:-1])]

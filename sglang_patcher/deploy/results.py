@@ -459,9 +459,9 @@ class RollbackResult:
             t.add_row(p, h or "(removed)")
         notes = [f"{p}: its edited bytes were kept at {k} (host)" for p, k in sorted(self.drift_kept.items())]
         if self.to_rolled_back:
-            t0 = self.to_rolled_back
-            notes.insert(0, f"deployment {t0['id']} (named by --to) was rolled back already"
-                            + (f" at {t0['rolled_back_at']}" if t0.get("rolled_back_at") else "")
+            named = self.to_rolled_back
+            notes.insert(0, f"deployment {named['id']} (named by --to) was rolled back already"
+                            + (f" at {named['rolled_back_at']}" if named.get("rolled_back_at") else "")
                             + f"; the deployment(s) made after it that touch its files were rolled back, so that "
                               f"the host is as before it: {', '.join(self.rolled_back)}")
         bc = self.bytecode
