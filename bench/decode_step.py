@@ -29,7 +29,9 @@ from the wheel, given as the wheel or a zip of its ``sglang/kernels/ops/attentio
 decode_attention,score_mod}.py``; the two helpers it imports from ``sglang.srt`` — platform checks
 and env flags — are stubbed with their CUDA defaults, or the real package is used when it imports)
 with the tree ``custom_mask`` for DDTREE, causal for DFLASH and non-causal for the drafter, exactly
-as SGLang's triton backend calls it. ``--attn sdpa`` is torch SDPA with a dense mask (the CPU smoke
+as SGLang's triton backend calls it; ``--tree-attn ddtree`` runs DDTREE's tree-masked verify
+through DDTree's own ``tree_verify_attention_fwd`` instead (bench/verify_attention.py times the two
+kernels alone). ``--attn sdpa`` is torch SDPA with a dense mask (the CPU smoke
 run and the reference of the correctness check).
 
 Draft logits are made peaked as a trained drafter's are (``tests/support/ddtree.py``'s "peaked"
@@ -387,10 +389,19 @@ class AttnMeta:
 
 
 class Attention:
-    def __init__(self, kind: str, scale: float, extend_fn: Optional[Callable] = None):
-        self.kind, self.scale, self.extend_fn = kind, scale, extend_fn
+    """``kind`` sglang (SGLang's extend kernel) or sdpa; ``tree_fn``: another kernel for the calls
+    with a tree ``custom_mask`` (DDTREE's verify), e.g. DDTree's ``tree_verify_attention_fwd``."""
+
+    def __init__(self, kind: str, scale: float, extend_fn: Optional[Callable] = None,
+                 tree_fn: Optional[Callable] = None):
+        self.kind, self.scale, self.extend_fn, self.tree_fn = kind, scale, extend_fn, tree_fn
 
     def __call__(self, q, k, v, kc, vc, m: AttnMeta):
+        if self.tree_fn is not None and m.custom_mask is not None:
+            o = torch.empty_like(q)
+            self.tree_fn(q, k, v, o, kc, vc, m.qo_indptr, m.kv_indptr, m.kv_indices, m.custom_mask,
+                         m.mask_indptr, m.T, self.scale)
+            return o
         if self.kind == "sglang":
             o = torch.empty_like(q)
             self.extend_fn(q, k, v, o, kc, vc, m.qo_indptr, m.kv_indptr, m.kv_indices, m.custom_mask,
@@ -1377,7 +1388,8 @@ def run_warm_shard(args, shape: Shape, log):
 def launch_warm_shards(args, n: int, log_dir: str) -> List[Tuple[subprocess.Popen, str]]:
     procs = []
     base = [sys.executable, os.path.abspath(__file__), "--layers", "1", "--draft-layers", "1",
-            "--bs", args.bs, "--widths", args.widths, "--context", str(args.context), "--attn", args.attn]
+            "--bs", args.bs, "--widths", args.widths, "--context", str(args.context), "--attn", args.attn,
+            "--tree-attn", args.tree_attn]
     if args.sglang_src:
         base += ["--sglang-src", args.sglang_src]
     for i in range(n):
@@ -1396,7 +1408,13 @@ def make_attention(args, shape: Shape) -> Attention:
     if args.attn == "sdpa":
         return Attention("sdpa", scale)
     fn, desc = load_sglang_extend_attention(args.sglang_src)
-    att = Attention("sglang", scale, fn)
+    tree_fn = None
+    if args.tree_attn == "ddtree":
+        from patchsets.ddtree.kernels.ddtree_verify_attention import tree_verify_attention_fwd
+
+        tree_fn = tree_verify_attention_fwd
+        desc += "; DDTREE's tree verify: ddtree_verify_attention.tree_verify_attention_fwd"
+    att = Attention("sglang", scale, fn, tree_fn)
     att.desc = desc
     return att
 
@@ -1435,6 +1453,9 @@ def main(argv=None):
     ap.add_argument("--layers", type=int, default=None, help="target layers (default 36)")
     ap.add_argument("--draft-layers", type=int, default=None, help="drafter layers (default 5)")
     ap.add_argument("--attn", choices=("sglang", "sdpa"), default="sglang")
+    ap.add_argument("--tree-attn", choices=("sglang", "ddtree"), default="sglang",
+                    help="DDTREE's tree-masked verify attention: SGLang's extend kernel (as SGLang's triton "
+                         "backend runs it) or DDTree's tree_verify_attention_fwd (--attn sglang only)")
     ap.add_argument("--sglang-src", default=None, help="sglang 0.5.23 wheel or zip of its attention kernels")
     ap.add_argument("--warm-jobs", type=int, default=0, help="compile the Triton kernels first in N processes")
     ap.add_argument("--warm-shard", default=None, help=argparse.SUPPRESS)

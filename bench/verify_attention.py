@@ -1,0 +1,218 @@
+"""Benchmark: the target's verify attention, DDTree's kernel against SGLang's (issue 17).
+
+For a Qwen3-8B-shaped target (36 layers, 32 query / 8 KV heads of 128, bf16, KV context
+``--context`` per request, each layer its own KV pool so nothing is served from L2 that a forward
+would not find there), one CUDA graph per arm runs the attention of all layers for a verify of T
+tokens per request; the figure is the median replay. Arms, side by side in one process:
+
+  sglang-causal  SGLang 0.5.23's triton ``extend_attention_fwd``, causal (DFLASH's chain verify)
+  sglang-tree    the same kernel with a tree ``custom_mask`` (DDTREE's verify as shipped)
+  ddtree-tree    ``ddtree_verify_attention.tree_verify_attention_fwd`` with the same mask
+  ddtree-chain   the same kernel with a chain mask (what it would cost DFLASH)
+
+Trees: random parents (each node's parent among the earlier nodes, biased to recent ones, so
+trees are deep and branch). Before timing, each (batch, width) checks the DDTree kernel against
+SGLang's on layer 0 (relative error of the outputs) and that a chain mask gives a different
+answer (the control). ``--configs`` sweeps the DDTree kernel's launch knobs
+(``BLOCK_N:warps:stages``); the table shows the best per row and the JSON every one.
+
+Usage (the SGLang kernel source as bench/decode_step.py takes it):
+  python3 bench/verify_attention.py --sglang-src .gpu/sglang-0.5.23-attention-kernels.zip \\
+      --bs 1,4,16,64 --widths 16,33,65 --out verify_attention.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import statistics
+import sys
+import time
+from typing import Dict, List, Optional, Tuple
+
+import torch
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, REPO)
+sys.path.insert(0, os.path.join(REPO, "bench"))
+
+from decode_step import capture, load_sglang_extend_attention  # noqa: E402
+from patchsets.ddtree.kernels.ddtree_verify_attention import (  # noqa: E402
+    tree_verify_attention_fwd,
+    tree_verify_kv_splits,
+    tree_verify_row_blocks,
+)
+
+ARMS = ("sglang-causal", "sglang-tree", "ddtree-tree", "ddtree-chain")
+
+
+def random_tree_masks(bs: int, T: int, gen: torch.Generator) -> torch.Tensor:
+    """[bs, T, T] bool ancestor-or-self masks; node j's parent is drawn from the 4 nodes before it."""
+    masks = torch.zeros(bs, T, T, dtype=torch.bool)
+    masks[:, 0, 0] = True
+    for j in range(1, T):
+        par = j - 1 - torch.randint(0, min(j, 4), (bs,), generator=gen)
+        masks[:, j] = masks[torch.arange(bs), par]
+        masks[:, j, j] = True
+    return masks
+
+
+def flat_custom_mask(masks: torch.Tensor, P: int) -> Tuple[torch.Tensor, torch.Tensor]:
+    """SGLang's FULL_MASK layout for requests of one prefix length P: (flat bool, mask_indptr)."""
+    bs, T, _ = masks.shape
+    rows = torch.cat([torch.ones(bs, T, P, dtype=torch.bool), masks], 2)  # [bs, T, P + T]
+    indptr = torch.arange(bs + 1, dtype=torch.int64) * (T * (P + T))
+    return rows.reshape(-1), indptr
+
+
+class Problem:
+    def __init__(self, bs: int, T: int, P: int, layers: int, hq: int, hkv: int, d: int, seed: int):
+        dev, dt = "cuda", torch.bfloat16
+        g = torch.Generator().manual_seed(seed)
+        self.bs, self.T, self.P, self.layers = bs, T, P, layers
+        self.q = torch.randn(bs * T, hq, d, device=dev, dtype=dt)
+        self.k = torch.randn(bs * T, hkv, d, device=dev, dtype=dt)
+        self.v = torch.randn(bs * T, hkv, d, device=dev, dtype=dt)
+        slots = bs * P + 1
+        self.kb = [torch.randn(slots, hkv, d, device=dev, dtype=dt) for _ in range(layers)]
+        self.vb = [torch.randn(slots, hkv, d, device=dev, dtype=dt) for _ in range(layers)]
+        self.qo_indptr = (torch.arange(bs + 1, dtype=torch.int32) * T).to(dev)
+        self.kv_indptr = (torch.arange(bs + 1, dtype=torch.int32) * P).to(dev)
+        self.kv_indices = torch.arange(1, bs * P + 1, dtype=torch.int64, device=dev)  # slot 0: padding
+        tree = random_tree_masks(bs, T, g)
+        chain = torch.tril(torch.ones(T, T, dtype=torch.bool)).expand(bs, T, T)
+        m, self.mask_indptr = flat_custom_mask(tree, P)
+        self.tree_mask = m.to(dev)
+        self.chain_mask = flat_custom_mask(chain, P)[0].to(dev)
+        self.mask_indptr = self.mask_indptr.to(dev)
+        self.o = torch.empty_like(self.q)
+        self.scale = d ** -0.5
+
+    def kv_bytes(self) -> int:
+        """Bytes of K and V one pass over all layers must read (prefix + tree tokens)."""
+        per = self.kb[0].shape[1] * self.kb[0].shape[2] * self.kb[0].element_size() * 2
+        return self.layers * self.bs * (self.P + self.T) * per
+
+
+def arm_fn(p: Problem, arm: str, sgl, knobs: Tuple[int, int, int], splits: int):
+    bn, warps, stages = knobs
+
+    def layer(li: int):
+        if arm.startswith("sglang"):
+            causal = arm == "sglang-causal"
+            sgl(p.q, p.k, p.v, p.o, p.kb[li], p.vb[li], p.qo_indptr, p.kv_indptr, p.kv_indices,
+                None if causal else p.tree_mask, causal, p.mask_indptr, p.T, 1.0, 1.0, sm_scale=p.scale)
+        else:
+            mask = p.tree_mask if arm == "ddtree-tree" else p.chain_mask
+            tree_verify_attention_fwd(p.q, p.k, p.v, p.o, p.kb[li], p.vb[li], p.qo_indptr, p.kv_indptr,
+                                      p.kv_indices, mask, p.mask_indptr, p.T, p.scale, num_kv_splits=splits,
+                                      block_n=bn, num_warps=warps, num_stages=stages)
+
+    def run():
+        for li in range(p.layers):
+            layer(li)
+        return p.o
+
+    return run, layer
+
+
+def check(p: Problem, sgl, splits: int) -> Dict[str, float]:
+    """DDTree kernel vs SGLang's on layer 0 (tree mask), and the chain-mask control."""
+    def one(arm):
+        _, layer = arm_fn(p, arm, sgl, (64, 4, 2), splits)
+        layer(0)
+        torch.cuda.synchronize()
+        return p.o.float().clone()
+
+    ref, ours, chain = one("sglang-tree"), one("ddtree-tree"), one("ddtree-chain")
+    err = float((ours - ref).norm() / ref.norm())
+    ctl = float((chain - ref).norm() / ref.norm())
+    if not (err < 1e-2 and ctl > 10 * err):
+        raise SystemExit(f"CHECK FAILED bs {p.bs} T {p.T}: rel err {err:.2e}, chain control {ctl:.2e}")
+    return {"rel_err": err, "chain_control": ctl}
+
+
+def time_graph(run, reps: int) -> float:
+    g, _ = capture(run, warmup=2)
+    ts = []
+    for _ in range(reps):
+        a, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        g.replay()
+        e.record()
+        e.synchronize()
+        ts.append(a.elapsed_time(e))
+    del g
+    return float(statistics.median(ts))
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--sglang-src", help="SGLang 0.5.23 wheel or kernel zip (see bench/decode_step.py)")
+    ap.add_argument("--bs", default="1,4,16,64")
+    ap.add_argument("--widths", default="16,33,65", help="tokens per request T = N + 1")
+    ap.add_argument("--context", type=int, default=1024)
+    ap.add_argument("--layers", type=int, default=36)
+    ap.add_argument("--configs", default="64:4:2,32:4:2,64:4:3,64:8:2,128:8:2",
+                    help="DDTree kernel knobs to sweep, BLOCK_N:warps:stages")
+    ap.add_argument("--reps", type=int, default=30)
+    ap.add_argument("--max-seconds", type=float, default=0, help="stop starting rows after this long")
+    ap.add_argument("--out", help="JSON of every row")
+    a = ap.parse_args(argv)
+    sgl, sgl_desc = load_sglang_extend_attention(a.sglang_src)
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    configs = [tuple(int(x) for x in c.split(":")) for c in a.configs.split(",")]
+    t0 = time.time()
+    rows = []
+    head = (f"Verify attention — {torch.cuda.get_device_name(0)} — "
+            f"{datetime.datetime.now(datetime.timezone.utc).isoformat(timespec='seconds')} — "
+            f"{a.layers} layers, 32/8 heads of 128, bf16, context {a.context}; SGLang: {sgl_desc}")
+    print(head, flush=True)
+    for bs in [int(x) for x in a.bs.split(",")]:
+        for T in [int(x) for x in a.widths.split(",")]:
+            if a.max_seconds and time.time() - t0 > a.max_seconds:
+                print(f"stopping: --max-seconds {a.max_seconds} reached", flush=True)
+                break
+            p = Problem(bs, T, a.context, a.layers, 32, 8, 128, seed=bs * 1000 + T)
+            splits = tree_verify_kv_splits(bs, 8, tree_verify_row_blocks(T, 4)[1], sms)
+            chk = check(p, sgl, splits)
+            ms: Dict[str, float] = {}
+            for arm in ("sglang-causal", "sglang-tree"):
+                ms[arm] = time_graph(arm_fn(p, arm, sgl, configs[0], splits)[0], a.reps)
+            sweep = {}
+            for c in configs:
+                sweep[":".join(map(str, c))] = time_graph(arm_fn(p, "ddtree-tree", sgl, c, splits)[0], a.reps)
+            best = min(sweep, key=sweep.get)
+            ms["ddtree-tree"] = sweep[best]
+            ms["ddtree-chain"] = time_graph(arm_fn(p, "ddtree-chain", sgl, tuple(int(x) for x in best.split(":")),
+                                                   splits)[0], a.reps)
+            # the SGLang arms again, after ours: drift within the row shows here
+            ms["sglang-tree (repeat)"] = time_graph(arm_fn(p, "sglang-tree", sgl, configs[0], splits)[0], a.reps)
+            floor_ms = p.kv_bytes() / 4.2e12 * 1e3
+            row = {"bs": bs, "T": T, "splits": splits, "best_config": best, "sweep_ms": sweep,
+                   "ms": ms, "kv_floor_ms_at_4.2TBps": floor_ms, **chk}
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+            del p
+            torch.cuda.empty_cache()
+    lines = ["", head, "", "All layers' attention per verify pass, ms (median CUDA-graph replay)", "",
+             "| bs | T | SGLang causal (DFLASH) | SGLang tree (repeat) | DDTree tree | DDTree chain | "
+             "SGLang tree / DDTree tree | DDTree tree / SGLang causal | KV floor | splits, knobs | rel err |",
+             "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|"]
+    for r in rows:
+        m = r["ms"]
+        lines.append(f"| {r['bs']} | {r['T']} | {m['sglang-causal']:.3f} | {m['sglang-tree']:.3f} "
+                     f"({m['sglang-tree (repeat)']:.3f}) | {m['ddtree-tree']:.3f} | {m['ddtree-chain']:.3f} | "
+                     f"{m['sglang-tree'] / m['ddtree-tree']:.2f}x | {m['ddtree-tree'] / m['sglang-causal']:.2f}x | "
+                     f"{r['kv_floor_ms_at_4.2TBps']:.3f} | {r['splits']}, {r['best_config']} | {r['rel_err']:.1e} |")
+    print("\n".join(lines), flush=True)
+    if a.out:
+        with open(a.out, "w") as f:
+            json.dump({"head": head, "command": " ".join(sys.argv), "rows": rows}, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
