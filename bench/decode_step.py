@@ -1531,6 +1531,7 @@ def main(argv=None):
     procs = []
     if args.warm_jobs > 0 and graphs:
         log_dir = args.log_dir or (os.path.dirname(os.path.abspath(args.out)) if args.out else "/tmp")
+        os.makedirs(log_dir, exist_ok=True)
         procs = launch_warm_shards(args, args.warm_jobs, log_dir)
         log(f"warm-up: {len(procs)} shard processes compiling the kernels")
     ops = Ops(graphs or args.triton_ops, shape.eps)
