@@ -96,8 +96,8 @@ class Problem:
         return self.layers * self.bs * (self.P + self.T) * per
 
 
-def arm_fn(p: Problem, arm: str, sgl, knobs: Tuple[int, int, int], splits: int):
-    bn, warps, stages = knobs
+def arm_fn(p: Problem, arm: str, sgl, knobs: Optional[Tuple[int, int, int]], splits: int):
+    bn, warps, stages = knobs or (None, None, 2)  # None: the kernel's own choice (tree_verify_launch)
 
     def layer(li: int):
         if arm.startswith("sglang"):
@@ -155,15 +155,15 @@ def main(argv: Optional[List[str]] = None) -> int:
     ap.add_argument("--widths", default="16,33,65", help="tokens per request T = N + 1")
     ap.add_argument("--context", type=int, default=1024)
     ap.add_argument("--layers", type=int, default=36)
-    ap.add_argument("--configs", default="64:4:2,32:4:2,64:4:3,64:8:2,128:8:2",
-                    help="DDTree kernel knobs to sweep, BLOCK_N:warps:stages")
+    ap.add_argument("--configs", default="auto,64:4:2,32:4:2,64:4:3,64:8:2,128:8:2",
+                    help="DDTree kernel knobs to sweep, BLOCK_N:warps:stages; auto: the kernel's default")
     ap.add_argument("--reps", type=int, default=30)
     ap.add_argument("--max-seconds", type=float, default=0, help="stop starting rows after this long")
     ap.add_argument("--out", help="JSON of every row")
     a = ap.parse_args(argv)
     sgl, sgl_desc = load_sglang_extend_attention(a.sglang_src)
     sms = torch.cuda.get_device_properties(0).multi_processor_count
-    configs = [tuple(int(x) for x in c.split(":")) for c in a.configs.split(",")]
+    configs = [None if c == "auto" else tuple(int(x) for x in c.split(":")) for c in a.configs.split(",")]
     t0 = time.time()
     rows = []
     head = (f"Verify attention — {torch.cuda.get_device_name(0)} — "
@@ -183,11 +183,14 @@ def main(argv: Optional[List[str]] = None) -> int:
                 ms[arm] = time_graph(arm_fn(p, arm, sgl, configs[0], splits)[0], a.reps)
             sweep = {}
             for c in configs:
-                sweep[":".join(map(str, c))] = time_graph(arm_fn(p, "ddtree-tree", sgl, c, splits)[0], a.reps)
+                sweep["auto" if c is None else ":".join(map(str, c))] = time_graph(
+                    arm_fn(p, "ddtree-tree", sgl, c, splits)[0], a.reps)
             best = min(sweep, key=sweep.get)
             ms["ddtree-tree"] = sweep[best]
-            ms["ddtree-chain"] = time_graph(arm_fn(p, "ddtree-chain", sgl, tuple(int(x) for x in best.split(":")),
-                                                   splits)[0], a.reps)
+            if "auto" in sweep:
+                ms["ddtree-tree (auto)"] = sweep["auto"]
+            knobs = None if best == "auto" else tuple(int(x) for x in best.split(":"))
+            ms["ddtree-chain"] = time_graph(arm_fn(p, "ddtree-chain", sgl, knobs, splits)[0], a.reps)
             # the SGLang arms again, after ours: drift within the row shows here
             ms["sglang-tree (repeat)"] = time_graph(arm_fn(p, "sglang-tree", sgl, configs[0], splits)[0], a.reps)
             floor_ms = p.kv_bytes() / 4.2e12 * 1e3
@@ -198,13 +201,14 @@ def main(argv: Optional[List[str]] = None) -> int:
             del p
             torch.cuda.empty_cache()
     lines = ["", head, "", "All layers' attention per verify pass, ms (median CUDA-graph replay)", "",
-             "| bs | T | SGLang causal (DFLASH) | SGLang tree (repeat) | DDTree tree | DDTree chain | "
-             "SGLang tree / DDTree tree | DDTree tree / SGLang causal | KV floor | splits, knobs | rel err |",
+             "| bs | T | SGLang causal (DFLASH) | SGLang tree (repeat) | DDTree tree, best (default) | DDTree chain | "
+             "SGLang tree / DDTree tree | DDTree tree / SGLang causal | KV floor | splits, best knobs | rel err |",
              "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|"]
     for r in rows:
         m = r["ms"]
         lines.append(f"| {r['bs']} | {r['T']} | {m['sglang-causal']:.3f} | {m['sglang-tree']:.3f} "
-                     f"({m['sglang-tree (repeat)']:.3f}) | {m['ddtree-tree']:.3f} | {m['ddtree-chain']:.3f} | "
+                     f"({m['sglang-tree (repeat)']:.3f}) | {m['ddtree-tree']:.3f} ({m.get('ddtree-tree (auto)', float('nan')):.3f}) | "
+                     f"{m['ddtree-chain']:.3f} | "
                      f"{m['sglang-tree'] / m['ddtree-tree']:.2f}x | {m['ddtree-tree'] / m['sglang-causal']:.2f}x | "
                      f"{r['kv_floor_ms_at_4.2TBps']:.3f} | {r['splits']}, {r['best_config']} | {r['rel_err']:.1e} |")
     print("\n".join(lines), flush=True)

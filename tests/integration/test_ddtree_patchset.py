@@ -44,7 +44,7 @@ L1_SCRIPT = DDTREE / "checks" / "l1_ddtree.py"
 README = DDTREE / "README.md"
 V = "0.5.23"             # the release the revision history and the README's site table are of
 RELEASES = load_patchset(DDTREE).versions
-L1_CHECKS = 33          # revisions 9 and 10 (7 and 8 had 32, 4 to 6 had 30, revision 3 had 26, revision 2 had 25, revision 1 had 10)
+L1_CHECKS = 35          # revision 11 (9 and 10 had 33, 7 and 8 had 32, 4 to 6 had 30, revision 3 had 26, revision 2 had 25, revision 1 had 10)
 
 
 def _sha(data: bytes) -> str:
@@ -257,18 +257,24 @@ def test_revision_5_is_frozen_and_recognised_by_revision_6(ps, version):
 def _frozen_and_recognised(ps, version: str, old: int) -> set[str]:
     """Revision ``old`` stays loadable as ``ddtree@old`` from history/r{old}, renders on the
     pristine release, its expected hashes are the current patchset's ``history`` map, and a host
-    carrying it is recognised file by file: patched@r{old} exactly where the current revision's
-    bytes differ, patched elsewhere. Returns those differing paths."""
+    carrying it is recognised file by file: patched@rN exactly where the current revision's bytes
+    differ (N: the newest revision with those bytes, ``old`` unless later ones kept them), patched
+    elsewhere. Returns those differing paths."""
     tree = _pristine_tree(version)
     older = load_patchset(f"ddtree@{old}")
     assert ps.revision > old and older.revision == old
     assert older.root == DDTREE / "history" / f"r{old}" and older.versions == ps.versions
     older.render(version, tree.read)
     e_old, e_now = older.target(version).expected, ps.target(version).expected
-    assert ps.spec.history[old][version] == e_old and set(e_old) == set(e_now)
+    assert ps.spec.history[old][version] == e_old and set(e_old) <= set(e_now)
+    # files added since (revision 11's attention kernel) are new DDTree files, not SGLang's
+    assert set(e_now) - set(e_old) <= set(ps.target(version).new_files) - set(older.target(version).new_files)
     changed = {p for p, sha in e_old.items() if e_now[p] != sha}
     for path, sha in e_old.items():
-        assert ps.classify(path, sha, version=version) == (f"patched@r{old}" if path in changed else "patched"), path
+        # bytes that several revisions share are credited to the newest of them (classify's rule)
+        newest = max(r for r, per in ps.spec.history.items() if per.get(version, {}).get(path) == sha)
+        assert newest >= old
+        assert ps.classify(path, sha, version=version) == (f"patched@r{newest}" if path in changed else "patched"), path
     return changed
 
 
@@ -277,46 +283,53 @@ _SPEC_HOOK = "sglang/srt/arg_groups/speculative_hook.py"
 _PREP = "sglang/kernels/ops/speculative/ddtree_prep.py"
 _BUDGET = "sglang/srt/speculative/ddtree_budget.py"
 _WORKER = "sglang/srt/speculative/ddtree_worker.py"
+_TRITON = "sglang/srt/layers/attention/triton_backend.py"
+_VERIFY_ATTN = "sglang/kernels/ops/speculative/ddtree_verify_attention.py"
 
 
 @pytest.mark.parametrize("version", RELEASES)
 def test_revision_6_is_frozen_and_recognised_by_the_current_revision(ps, version):
     """Revision 7 adds the ``auto`` budget planner: ddtree_budget.py and ddtree_worker.py, and the
     schedule argument's help and validation (spec.py, speculative_hook.py: patch 0010's two
-    changed lines); later revisions change DDTree files only."""
+    changed lines); later revisions change DDTree files only, but for revision 11's triton
+    backend (patch 0011)."""
     changed = _frozen_and_recognised(ps, version, 6)
-    assert {_BUDGET, _WORKER, _SPEC_FIELDS, _SPEC_HOOK} <= changed
-    others = changed - {_SPEC_FIELDS, _SPEC_HOOK}
+    assert {_BUDGET, _WORKER, _SPEC_FIELDS, _SPEC_HOOK, _TRITON} <= changed
+    others = changed - {_SPEC_FIELDS, _SPEC_HOOK, _TRITON}
     assert others <= set(ps.target(version).new_files), others    # else only the DDTree modules
 
 
 @pytest.mark.parametrize("version", RELEASES)
 @pytest.mark.parametrize(("old", "changed"), [
-    (7, {_PREP, _BUDGET, _WORKER}),  # r8: the preps' pass A, the planner's plan counter and the worker's log of it
-    (8, {_PREP, _WORKER}),           # r9: schedules beside the target's CUDA graphs; the prep's shared exp-sum
-    (9, {_PREP, _WORKER}),           # r10: the small-K prep's row program; an unused argument of the worker's check
-], ids=["r7", "r8", "r9"])
-def test_revisions_7_to_9_are_frozen_and_recognised_on_the_files_that_changed_since(ps, version, old, changed):
-    """Revisions 8, 9 and 10 change DDTree files only, no SGLang file: a host carrying revision 7, 8
-    or 9 is recognised as patched@rN exactly on the files changed since (the later revisions
-    touched no others)."""
+    (7, {_PREP, _BUDGET, _WORKER, _TRITON}),  # r8: the preps' pass A, the planner's plan counter and the worker's log of it
+    (8, {_PREP, _WORKER, _TRITON}),  # r9: schedules beside the target's CUDA graphs; the prep's shared exp-sum
+    (9, {_PREP, _WORKER, _TRITON}),  # r10: the small-K prep's row program; an unused argument of the worker's check
+    (10, {_TRITON}),                 # r11: the triton backend's verify hook (and the new kernel file)
+], ids=["r7", "r8", "r9", "r10"])
+def test_revisions_7_to_10_are_frozen_and_recognised_on_the_files_that_changed_since(ps, version, old, changed):
+    """Revisions 8, 9 and 10 change DDTree files only; revision 11 one SGLang file (the triton
+    backend, patch 0011) and adds one DDTree file (the verify attention kernel): a host carrying
+    revision 7, 8, 9 or 10 is recognised as patched@rN exactly on the files changed since."""
     assert _frozen_and_recognised(ps, version, old) == changed
+    assert _VERIFY_ATTN in ps.target(version).expected and _VERIFY_ATTN not in load_patchset(
+        f"ddtree@{old}").target(version).expected
 
 
 def test_what_sglpatch_asks_a_revision_about():
     """Features by revision: several verify widths beside CUDA graphs from revision 9 on;
-    revision 10 adds none."""
+    revisions 10 and 11 add none (11's verify kernel changes no option)."""
     ps = load_patchset("ddtree")
-    assert ps.revision == 10
+    assert ps.revision == 11
     assert "budget_schedule_graphs" in ps.features_at(9) and "budget_schedule_graphs" not in ps.features_at(8)
-    assert ps.features_at(10) == ps.features_at(9)
+    assert ps.features_at(11) == ps.features_at(10) == ps.features_at(9)
 
 
 @pytest.mark.parametrize("version", RELEASES)
 def test_new_modules_are_installed_into_sglang_speculative_and_kernels_beside_sglangs(ps, version):
     t = ps.target(version)
     want = {"ddtree_reference", "ddtree_tree", "ddtree_accept", "ddtree_info", "ddtree_budget", "ddtree_worker"}
-    kernels = {"ddtree_keys", "ddtree_prep", "ddtree_beam", "ddtree_verify_inputs", "ddtree_walk"}
+    kernels = {"ddtree_keys", "ddtree_prep", "ddtree_beam", "ddtree_verify_inputs", "ddtree_walk",
+               "ddtree_verify_attention"}
     assert t.new_files == {**{f"sglang/srt/speculative/{m}.py": f"modules/{m}.py" for m in want},
                            **{f"sglang/kernels/ops/speculative/{m}.py": f"kernels/{m}.py" for m in kernels}}
 

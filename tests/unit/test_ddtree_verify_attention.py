@@ -95,3 +95,29 @@ def test_unsupported_calls_are_refused():
     with pytest.raises(ValueError, match="extend_attention_fwd"):
         KA.tree_verify_attention_fwd(c.q, c.k, c.v, o, c.kb.half(), c.vb.half(), c.qo_indptr, c.kv_indptr,
                                      c.kv_indices, c.custom_mask, c.mask_indptr, c.T)
+
+
+def test_the_backend_hook_runs_tree_verifies_and_declines_the_rest():
+    """``ddtree_verify_fwd``: SGLang's triton backend calls it with ``extend_attention_fwd``'s
+    arguments (and keywords like ``max_bs``); True and the kernel's output for a tree verify, False
+    and nothing written for every call it must leave to ``extend_attention_fwd``."""
+    c = make_case(21, [30, 7], 16, 8, 2, 16)
+    want = run_kernel(c, sm_scale=0.25)
+
+    def hook(mask, **kw):
+        o = torch.full((c.q.shape[0], c.q.shape[1], c.v.shape[2]), 7.0)
+        ran = KA.ddtree_verify_fwd(c.q, c.k, c.v, o, c.kb, c.vb, c.qo_indptr, c.kv_indptr, c.kv_indices,
+                                   mask, True, c.mask_indptr, c.T, 1.0, 1.0, 0.25, **kw)
+        return ran, o
+
+    ran, o = hook(c.custom_mask, max_bs=8, sliding_window_size=-1, sinks=None, window_kv_offsets=None,
+                  xai_temperature_len=-1, logit_cap=0.0)
+    assert ran and torch.equal(o, want)
+    for mask, kw in [(None, {}),  # a chain step: causal, no custom_mask
+                     (c.custom_mask, {"logit_cap": 30.0}),
+                     (c.custom_mask, {"sliding_window_size": 64}),
+                     (c.custom_mask, {"window_kv_offsets": torch.zeros(2, dtype=torch.int64)}),
+                     (c.custom_mask, {"xai_temperature_len": 128}),
+                     (c.custom_mask, {"sinks": torch.zeros(8)})]:
+        ran, o = hook(mask, **kw)
+        assert not ran and bool((o == 7.0).all()), kw

@@ -27,7 +27,8 @@ What it proves, in order (each check depends on the imports of the first):
    ``ddtree_info``, ``ddtree_budget`` (revision 3), ``ddtree_worker``; (revision 4) the Triton
    kernels by pipeline stage import from ``sglang.kernels.ops.speculative`` (needs triton; until
    revision 3 they were one module, ``sglang.srt.speculative.ddtree_kernels``): ``ddtree_keys``,
-   ``ddtree_prep``, ``ddtree_beam``, ``ddtree_verify_inputs``, ``ddtree_walk``;
+   ``ddtree_prep``, ``ddtree_beam``, ``ddtree_verify_inputs``, ``ddtree_walk`` (revision 11:
+   ``ddtree_verify_attention``);
 7. (revision 2) ``create_worker`` resolves DDTREE to ``sglang.srt.speculative.ddtree_worker.
    DDTreeWorker`` (the class, not constructed), and that class subclasses ``DFlashWorkerV2``;
 8. (revision 2) the sizes SGLang's own code now derives for DDTREE (budget 64, block 16): target
@@ -36,7 +37,9 @@ What it proves, in order (each check depends on the imports of the first):
    capture input ``create_dummy_verify_input`` = a masked ``DDTreeVerifyInput`` of width 65 for the
    target and DFlash's mask-less block input for the draft; the KV reservation
    ``decode_reserve_tokens(16)`` = 16 + max(16, 65) = 81 for DDTREE and 32 for DFLASH
-   (docs/ddtree-rev2.md Appendix A's self-check, without a model or GPU).
+   (docs/ddtree-rev2.md Appendix A's self-check, without a model or GPU);
+9. (revision 11) the triton backend hands DDTREE's target verify to DDTree's attention kernel, and
+   the hook declines what it does not serve (a chain step's causal verify, a logit cap).
 
 The width checks read SGLang's published ``spec`` config bag, so they publish the parsed record with
 ``get_context().set_server_args``. Where that fails only because a third-party module is missing
@@ -85,7 +88,8 @@ DDTREE_PACKAGE = "sglang.srt.speculative"
 DDTREE_MODULES = ("ddtree_reference", "ddtree_tree", "ddtree_accept", "ddtree_info", "ddtree_budget",
                   "ddtree_worker")
 KERNELS_PACKAGE = "sglang.kernels.ops.speculative"
-KERNEL_MODULES = ("ddtree_keys", "ddtree_prep", "ddtree_beam", "ddtree_verify_inputs", "ddtree_walk")
+KERNEL_MODULES = ("ddtree_keys", "ddtree_prep", "ddtree_beam", "ddtree_verify_inputs", "ddtree_walk",
+                  "ddtree_verify_attention")
 
 DEFAULT_BUDGET = 256
 # A dense target and a hybrid (GDN) one, by architecture name as in the checkpoints' config.json.
@@ -451,6 +455,62 @@ def check_graph_width_fallback(mods):
             "forward: other schedule widths verify eagerly beside the graphs")
 
 
+def check_triton_verify_route(mods):
+    """Revision 11: the triton backend hands DDTREE's target verify to DDTree's kernel. Read from
+    the installed triton_backend.py's syntax tree (importing it needs triton and transformers):
+    ``TritonAttnBackend.__init__`` sets ``self.ddtree_verify_fwd`` under a test of
+    ``spec_algorithm.is_ddtree()`` and ``forward_extend`` hands it the verify. Where triton imports,
+    the hook is also run on two calls it must decline (a chain step's causal verify: no
+    custom_mask; a logit-capped layer): it returns False and writes nothing, so
+    ``extend_attention_fwd`` runs them. No kernel is launched."""
+    import ast
+    import importlib.util
+
+    root = importlib.util.find_spec("sglang").submodule_search_locations[0]
+    path = os.path.join(root, "srt", "layers", "attention", "triton_backend.py")
+    with open(path, encoding="utf-8") as f:
+        tree = ast.parse(f.read(), path)
+    cls = next((n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "TritonAttnBackend"), None)
+    if cls is None:
+        raise CheckFailed(f"no class TritonAttnBackend in {path}")
+    methods = {n.name: n for n in cls.body if isinstance(n, ast.FunctionDef)}
+
+    def sets_hook_under_ddtree(node: ast.AST) -> bool:
+        for n in ast.walk(node):
+            if isinstance(n, ast.If) and "is_ddtree" in ast.dump(n.test) and any(
+                    isinstance(t, ast.Attribute) and t.attr == "ddtree_verify_fwd"
+                    for s in ast.walk(n) if isinstance(s, ast.Assign) for t in s.targets):
+                return True
+        return False
+
+    if "__init__" not in methods or not sets_hook_under_ddtree(methods["__init__"]):
+        raise CheckFailed("TritonAttnBackend.__init__ does not set ddtree_verify_fwd for DDTREE (0011 not applied)")
+    uses = [n for n in ast.walk(methods.get("forward_extend", cls)) if isinstance(n, ast.Attribute)
+            and n.attr == "ddtree_verify_fwd"]
+    if "forward_extend" not in methods or not uses:
+        raise CheckFailed("TritonAttnBackend.forward_extend does not hand the target verify to ddtree_verify_fwd")
+    detail = "TritonAttnBackend: DDTREE's target verify -> ddtree_verify_fwd"
+    try:
+        kernel = _sglang_import("sglang.kernels.ops.speculative.ddtree_verify_attention")
+    except ModuleNotFoundError as exc:
+        if _first_party(exc.name):
+            raise
+        return detail + f"; the hook's declines not run: missing module {exc.name}"
+    import torch
+
+    q = torch.zeros(4, 4, 8)
+    kv = torch.zeros(4, 2, 8)
+    o = torch.full_like(q, 7.0)
+    ind = torch.tensor([0, 4], dtype=torch.int32)
+    args = (q, kv, kv, o, kv, kv, ind, torch.zeros(2, dtype=torch.int32), torch.zeros(0, dtype=torch.int64))
+    chain = kernel.ddtree_verify_fwd(*args, None, True, None, 4)
+    capped = kernel.ddtree_verify_fwd(*args, torch.ones(16, dtype=torch.bool), True,
+                                      torch.tensor([0, 16]), 4, logit_cap=30.0)
+    if chain or capped or not bool((o == 7.0).all()):
+        raise CheckFailed(f"ddtree_verify_fwd took a call it must decline (chain {chain}, logit cap {capped})")
+    return detail + "; a chain step and a logit-capped layer fall back to extend_attention_fwd"
+
+
 CHECKS = (
     ("from_string DDTREE", check_from_string),
     ("plugin registry accepts registrations", check_registry),
@@ -475,6 +535,7 @@ CHECKS = (
     ("capture input carries the tree mask", check_capture_input),
     ("KV reservation is block + max(block, budget + 1)", check_reserve),
     ("other verify widths run eagerly beside the CUDA graphs", check_graph_width_fallback),
+    ("the triton backend routes DDTREE's tree verify to DDTree's kernel", check_triton_verify_route),
 )
 # every result's name, in the order run() reports them
 CHECK_NAMES = ("import patched modules", *(name for name, _ in CHECKS))

@@ -18,20 +18,21 @@ tree token sees the whole committed prefix, as SGLang's ``skip_prefix_custom_mas
 
 ``tree_verify_attention_fwd`` has ``extend_attention_fwd``'s arguments (the subset a tree verify
 uses); ``tree_verify_attention_supports`` says which calls it serves (no logit cap, sliding window,
-sinks or scaled-FP8 KV; the same dtype for queries, new K/V and the pool). Like the module's other
+sinks or scaled-FP8 KV; the same dtype for queries, new K/V and the pool). ``ddtree_verify_fwd`` is
+what SGLang's triton backend calls for DDTREE's target verify (its ``verify_fwd`` protocol: True when
+it ran, False to fall back to ``extend_attention_fwd``). Like the module's other
 kernels it runs under ``TRITON_INTERPRET=1`` on CPU tensors (tests/unit/test_ddtree_verify_attention.py).
 Depends on torch and Triton alone.
 """
 
 from __future__ import annotations
 
-from typing import Optional, Tuple
-
 import torch
 import triton
 import triton.language as tl
 
 __all__ = [
+    "ddtree_verify_fwd",
     "tree_verify_attention_fwd",
     "tree_verify_attention_supports",
     "tree_verify_kv_splits",
@@ -188,7 +189,7 @@ def _tree_verify_merge_kernel(
              out.to(O.dtype.element_ty), mask=row_ok[:, None] & (offs_dv < DV)[None, :])
 
 
-def tree_verify_row_blocks(max_len_extend: int, group: int) -> Tuple[int, int]:
+def tree_verify_row_blocks(max_len_extend: int, group: int) -> tuple[int, int]:
     """(rows per program, row blocks per request) for verify width ``max_len_extend`` (tokens per
     request) and ``group`` query heads per KV head: a request's T x group rows in blocks of 16-128."""
     rows = max(1, int(max_len_extend)) * group
@@ -205,7 +206,7 @@ def tree_verify_kv_splits(batch_size: int, n_kv_heads: int, row_blocks: int, sm_
     return 1 if want <= 1 else min(_MAX_KV_SPLITS, triton.next_power_of_2(want))
 
 
-def tree_verify_launch(block_m: int, splits: int) -> Tuple[int, int]:
+def tree_verify_launch(block_m: int, splits: int) -> tuple[int, int]:
     """(keys per step BLOCK_N, warps) for a row block of ``block_m`` rows. From the H200 sweep of
     bench/results/2026-12-03-h200-verify-attention.md (Qwen3-8B heads, bs 1-64, T 16-65): 64-row
     blocks 32 keys on 4 warps (within 1.16x of the best knob in every row); 128-row blocks 64 keys on
@@ -216,7 +217,7 @@ def tree_verify_launch(block_m: int, splits: int) -> Tuple[int, int]:
 
 
 def tree_verify_attention_supports(q: torch.Tensor, k_buffer: torch.Tensor, *, logit_cap: float = 0.0,
-                                   sliding_window_size: int = -1, sinks: Optional[torch.Tensor] = None,
+                                   sliding_window_size: int = -1, sinks: torch.Tensor | None = None,
                                    k_descale: float = 1.0, v_descale: float = 1.0) -> bool:
     """Whether ``tree_verify_attention_fwd`` computes this call exactly as ``extend_attention_fwd``
     would (up to floating-point order): no logit cap, sliding window, attention sinks or scaled KV,
@@ -248,12 +249,12 @@ def tree_verify_attention_fwd(
     custom_mask: torch.Tensor,
     mask_indptr: torch.Tensor,
     max_len_extend: int,
-    sm_scale: Optional[float] = None,
+    sm_scale: float | None = None,
     *,
-    num_kv_splits: Optional[int] = None,
+    num_kv_splits: int | None = None,
     ancestors_first: bool = True,
-    block_n: Optional[int] = None,
-    num_warps: Optional[int] = None,
+    block_n: int | None = None,
+    num_warps: int | None = None,
     num_stages: int = 2,
 ) -> None:
     """Tree-verify attention, written into ``o_extend``.
@@ -328,3 +329,49 @@ def tree_verify_attention_fwd(
             o_extend, acc, ml, qo_indptr, o_extend.stride(0), o_extend.stride(1), Hkv,
             G=G, MB=MB, SPLITS=splits, DV=Dv, BLOCK_M=BLOCK_M, BLOCK_DV=BLOCK_DV, num_warps=4,
         )
+
+
+def ddtree_verify_fwd(
+    q_extend: torch.Tensor,
+    k_extend: torch.Tensor,
+    v_extend: torch.Tensor,
+    o_extend: torch.Tensor,
+    k_buffer: torch.Tensor,
+    v_buffer: torch.Tensor,
+    qo_indptr: torch.Tensor,
+    kv_indptr: torch.Tensor,
+    kv_indices: torch.Tensor,
+    custom_mask: torch.Tensor | None,
+    is_causal: bool,
+    mask_indptr: torch.Tensor | None,
+    max_len_extend: int,
+    k_descale: float = 1.0,
+    v_descale: float = 1.0,
+    sm_scale: float | None = None,
+    *,
+    logit_cap: float = 0.0,
+    sliding_window_size: int = -1,
+    sinks: torch.Tensor | None = None,
+    window_kv_offsets: torch.Tensor | None = None,
+    xai_temperature_len: int = -1,
+    **_backend_extras: object,
+) -> bool:
+    """SGLang triton backend's target-verify hook for DDTREE (the arguments its ``forward_extend``
+    passes to a ``verify_fwd``). Runs ``tree_verify_attention_fwd`` and returns True when the call
+    has a tree ``custom_mask`` and nothing the kernel does not serve (see
+    ``tree_verify_attention_supports``; also no sliding-window offsets or xAI temperature); else
+    returns False without writing, and the backend runs ``extend_attention_fwd`` (a chain step's
+    causal verify takes that path). Extra keyword arguments (``max_bs``) are ignored."""
+    if custom_mask is None or mask_indptr is None or window_kv_offsets is not None:
+        return False
+    if xai_temperature_len is not None and xai_temperature_len > 0:
+        return False
+    if not tree_verify_attention_supports(q_extend, k_buffer, logit_cap=logit_cap,
+                                          sliding_window_size=sliding_window_size, sinks=sinks,
+                                          k_descale=k_descale, v_descale=v_descale):
+        return False
+    if any(x.dtype != q_extend.dtype or x.stride(-1) != 1 for x in (k_extend, v_extend, o_extend, v_buffer)):
+        return False
+    tree_verify_attention_fwd(q_extend, k_extend, v_extend, o_extend, k_buffer, v_buffer, qo_indptr,
+                              kv_indptr, kv_indices, custom_mask, mask_indptr, max_len_extend, sm_scale)
+    return True
