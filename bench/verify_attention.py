@@ -97,7 +97,7 @@ class Problem:
 
 
 def arm_fn(p: Problem, arm: str, sgl, knobs: Optional[Tuple[int, int, int]], splits: int):
-    bn, warps, stages = knobs or (None, None, 2)  # None: the kernel's own choice (tree_verify_launch)
+    bn, warps, stages = knobs or (None, None, None)  # None: the kernel's own choice (tree_verify_launch)
 
     def layer(li: int):
         if arm.startswith("sglang"):

@@ -121,3 +121,14 @@ def test_the_backend_hook_runs_tree_verifies_and_declines_the_rest():
                      (c.custom_mask, {"sinks": torch.zeros(8)})]:
         ran, o = hook(mask, **kw)
         assert not ran and bool((o == 7.0).all()), kw
+
+
+def test_launch_knobs_by_shape():
+    """The H200 sweeps' best per row (bs 1-64 x T 16-65, GQA 4 over 8 KV heads)."""
+    def knobs(bs, T):
+        bm, mb = KA.tree_verify_row_blocks(T, 4)
+        return KA.tree_verify_launch(bm, mb, bs * mb * 8)
+
+    assert [knobs(bs, 16) for bs in (1, 16, 64)] == [(32, 4, 2), (32, 4, 2), (64, 4, 3)]
+    assert [knobs(bs, 33) for bs in (1, 16, 64)] == [(64, 8, 2), (64, 8, 2), (32, 4, 2)]
+    assert [knobs(bs, 65) for bs in (1, 16, 64)] == [(128, 8, 2), (128, 8, 2), (32, 4, 2)]

@@ -206,14 +206,18 @@ def tree_verify_kv_splits(batch_size: int, n_kv_heads: int, row_blocks: int, sm_
     return 1 if want <= 1 else min(_MAX_KV_SPLITS, triton.next_power_of_2(want))
 
 
-def tree_verify_launch(block_m: int, splits: int) -> tuple[int, int]:
-    """(keys per step BLOCK_N, warps) for a row block of ``block_m`` rows. From the H200 sweep of
-    bench/results/2026-12-03-h200-verify-attention.md (Qwen3-8B heads, bs 1-64, T 16-65): 64-row
-    blocks 32 keys on 4 warps (within 1.16x of the best knob in every row); 128-row blocks 64 keys on
-    8 warps while the prefix is split (small batches), else 32 on 4 (within 1.25x)."""
-    if block_m >= 128 and splits > 1:
-        return 64, 8
-    return 32, 4
+def tree_verify_launch(block_m: int, row_blocks: int, programs: int) -> tuple[int, int, int]:
+    """(keys per step BLOCK_N, warps, pipeline stages) for row blocks of ``block_m`` rows,
+    ``row_blocks`` of them per request and ``programs`` = requests x KV heads x row blocks (before
+    any prefix split). From two H200 sweeps (bench/results/2026-12-03-h200-verify-attention*.md: Qwen3-8B
+    heads, bs 1-64, T 16-65), the best of each row: 64-row blocks 32 keys on 4 warps, 64 keys in 3
+    stages from 512 programs on; 128-row blocks 32 keys on 4 warps from 1,024 programs on, else 64
+    keys (two row blocks) or 128 keys (three or more) on 8 warps."""
+    if block_m < 128:
+        return (64, 4, 3) if programs >= 512 else (32, 4, 2)
+    if programs >= 1024:
+        return 32, 4, 2
+    return (64, 8, 2) if row_blocks <= 2 else (128, 8, 2)
 
 
 def tree_verify_attention_supports(q: torch.Tensor, k_buffer: torch.Tensor, *, logit_cap: float = 0.0,
@@ -255,7 +259,7 @@ def tree_verify_attention_fwd(
     ancestors_first: bool = True,
     block_n: int | None = None,
     num_warps: int | None = None,
-    num_stages: int = 2,
+    num_stages: int | None = None,
 ) -> None:
     """Tree-verify attention, written into ``o_extend``.
 
@@ -303,8 +307,8 @@ def tree_verify_attention_fwd(
             if q_extend.is_cuda else 1
         num_kv_splits = tree_verify_kv_splits(bs, Hkv, MB, sms)
     splits = max(1, int(num_kv_splits))
-    knob_n, knob_w = tree_verify_launch(BLOCK_M, splits)
-    block_n, num_warps = block_n or knob_n, num_warps or knob_w
+    knob_n, knob_w, knob_s = tree_verify_launch(BLOCK_M, MB, bs * MB * Hkv)
+    block_n, num_warps, num_stages = block_n or knob_n, num_warps or knob_w, num_stages or knob_s
     if splits > 1:
         acc = torch.empty(bs * MB * Hkv * splits * BLOCK_M * BLOCK_DV, dtype=torch.float32, device=q_extend.device)
         ml = torch.empty(bs * MB * Hkv * splits * BLOCK_M * 2, dtype=torch.float32, device=q_extend.device)
