@@ -27,9 +27,9 @@ import argparse
 import datetime
 import json
 import os
-import statistics
 import sys
 import time
+from types import SimpleNamespace
 from typing import Dict, List, Optional, Tuple
 
 import torch
@@ -38,15 +38,13 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 sys.path.insert(0, os.path.join(REPO, "bench"))
 
-from decode_step import capture, load_sglang_extend_attention  # noqa: E402
+from decode_step import capture, load_sglang_extend_attention, med, replay_ms  # noqa: E402
+from patchsets.ddtree.modules.ddtree_tree import build_custom_mask  # noqa: E402
 from patchsets.ddtree.kernels.ddtree_verify_attention import (  # noqa: E402
     tree_verify_attention_fwd,
     tree_verify_kv_splits,
     tree_verify_row_blocks,
 )
-
-ARMS = ("sglang-causal", "sglang-tree", "ddtree-tree", "ddtree-chain")
-
 
 def random_tree_masks(bs: int, T: int, gen: torch.Generator) -> torch.Tensor:
     """[bs, T, T] bool ancestor-or-self masks; node j's parent is drawn from the 4 nodes before it."""
@@ -60,11 +58,12 @@ def random_tree_masks(bs: int, T: int, gen: torch.Generator) -> torch.Tensor:
 
 
 def flat_custom_mask(masks: torch.Tensor, P: int) -> Tuple[torch.Tensor, torch.Tensor]:
-    """SGLang's FULL_MASK layout for requests of one prefix length P: (flat bool, mask_indptr)."""
+    """SGLang's FULL_MASK layout (``ddtree_tree.build_custom_mask``) for requests of one prefix
+    length P: (flat bool, mask_indptr)."""
     bs, T, _ = masks.shape
-    rows = torch.cat([torch.ones(bs, T, P, dtype=torch.bool), masks], 2)  # [bs, T, P + T]
-    indptr = torch.arange(bs + 1, dtype=torch.int64) * (T * (P + T))
-    return rows.reshape(-1), indptr
+    tree = SimpleNamespace(tokens=torch.zeros(bs, T, dtype=torch.long), tree_mask=masks)
+    flat = build_custom_mask(tree, torch.full((bs,), P, dtype=torch.int64), use_triton=False)
+    return flat, torch.arange(bs + 1, dtype=torch.int64) * (T * (P + T))
 
 
 class Problem:
@@ -135,17 +134,9 @@ def check(p: Problem, sgl, splits: int) -> Dict[str, float]:
 
 
 def time_graph(run, reps: int) -> float:
+    """Median ms of ``reps`` replays of ``run`` captured as one CUDA graph (decode_step's helpers)."""
     g, _ = capture(run, warmup=2)
-    ts = []
-    for _ in range(reps):
-        a, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        g.replay()
-        e.record()
-        e.synchronize()
-        ts.append(a.elapsed_time(e))
-    del g
-    return float(statistics.median(ts))
+    return med(replay_ms([g], reps))
 
 
 def main(argv: Optional[List[str]] = None) -> int:

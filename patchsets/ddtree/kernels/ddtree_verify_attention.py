@@ -47,6 +47,19 @@ _MAX_KV_SPLITS = 16
 
 
 @triton.jit
+def _online_softmax_step(m_i, l_i, acc, s, v):
+    """Fold one key block into a row block's running softmax state (flash attention's online
+    softmax, base 2): s [BLOCK_M, BLOCK_N] scaled logits (-inf where unseen), v [BLOCK_N, BLOCK_DV].
+    A row that has seen no key yet keeps m = -inf, l = 0, acc = 0."""
+    m_new = tl.maximum(m_i, tl.max(s, 1))
+    m_use = tl.where(m_new == float("-inf"), 0.0, m_new)
+    p = tl.math.exp2(s - m_use[:, None])
+    alpha = tl.math.exp2(m_i - m_use)
+    acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
+    return m_new, l_i * alpha + tl.sum(p, 1), acc
+
+
+@triton.jit
 def _tree_verify_attn_kernel(
     Q, K_new, V_new, O, K_buf, V_buf,
     qo_indptr, kv_indptr, kv_indices, custom_mask, mask_indptr,
@@ -98,16 +111,10 @@ def _tree_verify_attn_kernel(
         slot = tl.load(kv_indices + kv_start + n, mask=n_ok, other=0).to(tl.int64)
         k = tl.load(K_buf + slot[None, :] * stride_kbt + kvh * stride_kbh + offs_d[:, None],
                     mask=n_ok[None, :] & d_ok[:, None], other=0.0)
-        s = tl.dot(q, k) * qk_scale
-        s = tl.where(n_ok[None, :], s, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(s, 1))
-        p = tl.math.exp2(s - m_new[:, None])
-        alpha = tl.math.exp2(m_i - m_new)
+        s = tl.where(n_ok[None, :], tl.dot(q, k) * qk_scale, float("-inf"))
         v = tl.load(V_buf + slot[:, None] * stride_vbt + kvh * stride_vbh + offs_dv[None, :],
                     mask=n_ok[:, None] & dv_ok[None, :], other=0.0)
-        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
-        l_i = l_i * alpha + tl.sum(p, 1)
-        m_i = m_new
+        m_i, l_i, acc = _online_softmax_step(m_i, l_i, acc, s, v)
 
     # The tree tokens: ancestors-or-self of each row, as custom_mask's tree block says.
     if sid == SPLITS - 1:
@@ -122,19 +129,12 @@ def _tree_verify_attn_kernel(
             j_ok = j < j_end
             k = tl.load(K_new + (q_start + j)[None, :] * stride_kt + kvh * stride_kh + offs_d[:, None],
                         mask=j_ok[None, :] & d_ok[:, None], other=0.0)
-            s = tl.dot(q, k) * qk_scale
             seen = tl.load(custom_mask + m_base + t[:, None] * row_len + P + j[None, :],
                            mask=row_ok[:, None] & j_ok[None, :], other=0)
-            s = tl.where(seen != 0, s, float("-inf"))
-            m_new = tl.maximum(m_i, tl.max(s, 1))
-            m_use = tl.where(m_new == float("-inf"), 0.0, m_new)  # a row that sees nothing yet
-            p = tl.math.exp2(s - m_use[:, None])
-            alpha = tl.math.exp2(m_i - m_use)
+            s = tl.where(seen != 0, tl.dot(q, k) * qk_scale, float("-inf"))
             v = tl.load(V_new + (q_start + j)[:, None] * stride_vt + kvh * stride_vh + offs_dv[None, :],
                         mask=j_ok[:, None] & dv_ok[None, :], other=0.0)
-            acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
-            l_i = l_i * alpha + tl.sum(p, 1)
-            m_i = m_new
+            m_i, l_i, acc = _online_softmax_step(m_i, l_i, acc, s, v)
 
     if SPLITS == 1:
         out = acc / tl.where(l_i == 0.0, 1.0, l_i)[:, None]
@@ -289,13 +289,29 @@ def tree_verify_attention_fwd(
     No host sync; allocates fp32 partial states [bs * row blocks, Hkv, splits, rows, Dv] when
     splits > 1.
     """
-    S, Hq, D = q_extend.shape
-    Hkv, Dv = v_buffer.shape[1], v_buffer.shape[2]
-    same = all(x.dtype == q_extend.dtype and x.stride(-1) == 1
-               for x in (k_extend, v_extend, o_extend, v_buffer))
-    if not (same and tree_verify_attention_supports(q_extend, k_buffer)):
+    if not (_same_layout(q_extend, k_extend, v_extend, o_extend, v_buffer)
+            and tree_verify_attention_supports(q_extend, k_buffer)):
         raise ValueError(f"tree_verify_attention_fwd: unsupported call (q {tuple(q_extend.shape)} "
                          f"{q_extend.dtype}, pool {tuple(k_buffer.shape)} {k_buffer.dtype}); use extend_attention_fwd")
+    _launch(q_extend, k_extend, v_extend, o_extend, k_buffer, v_buffer, qo_indptr, kv_indptr, kv_indices,
+            custom_mask, mask_indptr, max_len_extend, sm_scale, num_kv_splits=num_kv_splits,
+            ancestors_first=ancestors_first, block_n=block_n, num_warps=num_warps, num_stages=num_stages)
+
+
+def _same_layout(q: torch.Tensor, *others: torch.Tensor) -> bool:
+    """The other tensors in q's dtype, each with a contiguous last dimension (the kernel's loads)."""
+    return all(x.dtype == q.dtype and x.stride(-1) == 1 for x in others)
+
+
+def _launch(q_extend: torch.Tensor, k_extend: torch.Tensor, v_extend: torch.Tensor, o_extend: torch.Tensor,
+            k_buffer: torch.Tensor, v_buffer: torch.Tensor, qo_indptr: torch.Tensor, kv_indptr: torch.Tensor,
+            kv_indices: torch.Tensor, custom_mask: torch.Tensor, mask_indptr: torch.Tensor,
+            max_len_extend: int, sm_scale: float | None, *, num_kv_splits: int | None,
+            ancestors_first: bool, block_n: int | None, num_warps: int | None,
+            num_stages: int | None) -> None:
+    """``tree_verify_attention_fwd`` after its checks (the caller has made them)."""
+    S, Hq, D = q_extend.shape
+    Hkv, Dv = v_buffer.shape[1], v_buffer.shape[2]
     bs = qo_indptr.numel() - 1
     if bs <= 0 or S == 0:
         return
@@ -370,12 +386,12 @@ def ddtree_verify_fwd(
         return False
     if xai_temperature_len is not None and xai_temperature_len > 0:
         return False
-    if not tree_verify_attention_supports(q_extend, k_buffer, logit_cap=logit_cap,
-                                          sliding_window_size=sliding_window_size, sinks=sinks,
-                                          k_descale=k_descale, v_descale=v_descale):
+    if not (_same_layout(q_extend, k_extend, v_extend, o_extend, v_buffer)
+            and tree_verify_attention_supports(q_extend, k_buffer, logit_cap=logit_cap,
+                                               sliding_window_size=sliding_window_size, sinks=sinks,
+                                               k_descale=k_descale, v_descale=v_descale)):
         return False
-    if any(x.dtype != q_extend.dtype or x.stride(-1) != 1 for x in (k_extend, v_extend, o_extend, v_buffer)):
-        return False
-    tree_verify_attention_fwd(q_extend, k_extend, v_extend, o_extend, k_buffer, v_buffer, qo_indptr,
-                              kv_indptr, kv_indices, custom_mask, mask_indptr, max_len_extend, sm_scale)
+    _launch(q_extend, k_extend, v_extend, o_extend, k_buffer, v_buffer, qo_indptr, kv_indptr, kv_indices,
+            custom_mask, mask_indptr, max_len_extend, sm_scale, num_kv_splits=None, ancestors_first=True,
+            block_n=None, num_warps=None, num_stages=None)
     return True
