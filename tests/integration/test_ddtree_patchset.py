@@ -301,27 +301,36 @@ def test_revision_6_is_frozen_and_recognised_by_the_current_revision(ps, version
 
 @pytest.mark.parametrize("version", RELEASES)
 @pytest.mark.parametrize(("old", "changed"), [
-    (7, {_PREP, _BUDGET, _WORKER, _TRITON}),  # r8: the preps' pass A, the planner's plan counter and the worker's log of it
-    (8, {_PREP, _WORKER, _TRITON}),  # r9: schedules beside the target's CUDA graphs; the prep's shared exp-sum
-    (9, {_PREP, _WORKER, _TRITON}),  # r10: the small-K prep's row program; an unused argument of the worker's check
-    (10, {_TRITON}),                 # r11: the triton backend's verify hook (and the new kernel file)
-], ids=["r7", "r8", "r9", "r10"])
-def test_revisions_7_to_10_are_frozen_and_recognised_on_the_files_that_changed_since(ps, version, old, changed):
+    # r8: the preps' pass A, the planner's plan counter and the worker's log of it
+    (7, {_PREP, _BUDGET, _WORKER, _TRITON, _SPEC_FIELDS, _SPEC_HOOK}),
+    # r9: schedules beside the target's CUDA graphs; the prep's shared exp-sum
+    (8, {_PREP, _BUDGET, _WORKER, _TRITON, _SPEC_FIELDS, _SPEC_HOOK}),
+    # r10: the small-K prep's row program; an unused argument of the worker's check
+    (9, {_PREP, _BUDGET, _WORKER, _TRITON, _SPEC_FIELDS, _SPEC_HOOK}),
+    # r11: the triton backend's verify hook (and the new kernel file)
+    (10, {_TRITON, _BUDGET, _WORKER, _SPEC_FIELDS, _SPEC_HOOK}),
+    # r12: verify states per tree width, --speculative-ddtree-graph-memory (patch 0010)
+    (11, {_BUDGET, _WORKER, _SPEC_FIELDS, _SPEC_HOOK}),
+], ids=["r7", "r8", "r9", "r10", "r11"])
+def test_revisions_7_to_11_are_frozen_and_recognised_on_the_files_that_changed_since(ps, version, old, changed):
     """Revisions 8, 9 and 10 change DDTree files only; revision 11 one SGLang file (the triton
-    backend, patch 0011) and adds one DDTree file (the verify attention kernel): a host carrying
-    revision 7, 8, 9 or 10 is recognised as patched@rN exactly on the files changed since."""
+    backend, patch 0011) and adds one DDTree file (the verify attention kernel); revision 12 the
+    budget schedule's two argument files (patch 0010: --speculative-ddtree-graph-memory) and the
+    budget and worker modules: a host carrying revision 7 to 11 is recognised as patched@rN
+    exactly on the files changed since."""
     assert _frozen_and_recognised(ps, version, old) == changed
-    assert _VERIFY_ATTN in ps.target(version).expected and _VERIFY_ATTN not in load_patchset(
-        f"ddtree@{old}").target(version).expected
+    older = load_patchset(f"ddtree@{old}").target(version).expected
+    assert _VERIFY_ATTN in ps.target(version).expected and (_VERIFY_ATTN in older) == (old >= 11)
 
 
 def test_what_sglpatch_asks_a_revision_about():
     """Features by revision: several verify widths beside CUDA graphs from revision 9 on;
-    revisions 10 and 11 add none (11's verify kernel changes no option)."""
+    revisions 10 to 12 add none that sglpatch asks about (11's verify kernel changes no option,
+    12's graph memory bound has a default that serves any schedule)."""
     ps = load_patchset("ddtree")
-    assert ps.revision == 11
+    assert ps.revision == 12
     assert "budget_schedule_graphs" in ps.features_at(9) and "budget_schedule_graphs" not in ps.features_at(8)
-    assert ps.features_at(11) == ps.features_at(10) == ps.features_at(9)
+    assert ps.features_at(12) == ps.features_at(11) == ps.features_at(10) == ps.features_at(9)
 
 
 @pytest.mark.parametrize("version", RELEASES)

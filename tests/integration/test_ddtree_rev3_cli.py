@@ -28,7 +28,7 @@ KERNELS_R3 = "sglang/srt/speculative/ddtree_kernels.py"    # revision 3's kernel
 KERNELS_R4 = [f"sglang/kernels/ops/speculative/ddtree_{m}.py"    # revision 4's, by pipeline stage
               for m in ("keys", "prep", "beam", "verify_inputs", "walk")]
 INFO = "sglang/srt/speculative/ddtree_info.py"
-CURRENT = 11
+CURRENT = 12
 PREP = "sglang/kernels/ops/speculative/ddtree_prep.py"
 
 
@@ -147,7 +147,7 @@ R11_SGLANG = {"sglang/srt/layers/attention/triton_backend.py"}
 VERIFY_ATTN = "sglang/kernels/ops/speculative/ddtree_verify_attention.py"
 
 
-@pytest.mark.parametrize("old", [4, 6, 10])
+@pytest.mark.parametrize("old", [4, 6, 11])
 def test_cli_older_revision_then_current_pushes_the_adapted_modules_only_then_rollback(
         capsys, tmp_path, sglpatch_home, local_target, old):
     """Revisions 5 and 6 add SGLang releases (0.5.22, 0.5.21); on 0.5.23 each changes only the
@@ -155,7 +155,9 @@ def test_cli_older_revision_then_current_pushes_the_adapted_modules_only_then_ro
     ddtree_info). Revision 7 changes DDTree modules and kernels and, of SGLang's files, only the
     two that patch 0010's changed lines live in; revisions 9 and 10 only the prep kernel and the
     worker (each from the one before); revision 11 the triton backend (patch 0011) and a new kernel
-    file, which the upgrade creates and the rollback removes. A host at revision 4, 6 or 10 is
+    file, which the upgrade creates and the rollback removes; revision 12 patch 0010's two files
+    again (--speculative-ddtree-graph-memory) and the budget and worker modules. A host at
+    revision 4, 6 or 11 is
     recognised (patched@rN; 5 is covered by the
     status tests of tests/integration/test_ddtree_patchset.py), the upgrade pushes exactly the
     files whose bytes differ, status then reads patched at the current revision, and a rollback
@@ -166,12 +168,13 @@ def test_cli_older_revision_then_current_pushes_the_adapted_modules_only_then_ro
     assert current.revision == CURRENT and older.revision == old
     e_old, e_new = older.target(VERSION).expected, current.target(VERSION).expected
     differ = {p for p in e_new if e_old.get(p) != e_new[p]}
-    assert R11_SGLANG | {VERIFY_ATTN} <= differ, differ
     assert differ <= set(current.target(VERSION).new_files) | R7_SGLANG | R11_SGLANG, differ
+    if old < 11:
+        assert R11_SGLANG | {VERIFY_ATTN} <= differ, differ
     if old == 6:
         assert R7_SGLANG | {WORKER, BUDGET} <= differ and INFO not in differ, differ
-    if old == 10:
-        assert differ == R11_SGLANG | {VERIFY_ATTN}, differ
+    if old == 11:
+        assert differ == R7_SGLANG | {WORKER, BUDGET}, differ
 
     h, site = _hosts(tmp_path, local_target), local_target.site_packages
     code, data, err = run_json(capsys, *h, "apply", f"ddtree@{old}", "--host", "here", "--yes")
@@ -182,7 +185,8 @@ def test_cli_older_revision_then_current_pushes_the_adapted_modules_only_then_ro
     assert data["overall"] == "older" and data["older_revision"] == old, data
     states = {f["path"]: (f["state"], f["revision"]) for f in data["files"]}
     assert {states[p] for p in differ - {VERIFY_ATTN}} == {("patched", old)}, data["files"]
-    assert states[VERIFY_ATTN][0] == "absent", states[VERIFY_ATTN]   # revision 11's new kernel
+    if old < 11:
+        assert states[VERIFY_ATTN][0] == "absent", states[VERIFY_ATTN]   # revision 11's new kernel
 
     code, data, err = run_json(capsys, *h, "apply", "ddtree", "--host", "here", "--yes")
     assert code == 0, err
@@ -200,7 +204,8 @@ def test_cli_older_revision_then_current_pushes_the_adapted_modules_only_then_ro
     code, _, err = run_json(capsys, *h, "rollback", "--host", "here")
     assert code == 0, err
     assert {p: live_hash(site, p) for p in e_old} == before
-    assert not os.path.exists(os.path.join(site, VERIFY_ATTN))  # the upgrade's new file is gone again
+    # the upgrade's new file is gone again (revision 11 has it)
+    assert os.path.exists(os.path.join(site, VERIFY_ATTN)) == (old >= 11)
 
 
 def test_cli_r3_then_r4_then_current_reads_patched(capsys, tmp_path, sglpatch_home, local_target):

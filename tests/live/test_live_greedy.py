@@ -50,7 +50,8 @@ def test_auto_budget_changes_width_with_the_batch_and_keeps_the_tokens(greedy_ru
     """``--speculative-ddtree-budget-schedule auto``: the worker's planner chooses each step's
     budget (chain, 3, 7, 15 or 16 nodes) from its own step times and accept lengths. Single
     requests, five at once and the ragged five (the batch shrinks 5 -> 1) must give the target's
-    tokens, while the worker's log shows it ran steps of several widths at several batch sizes."""
+    tokens, while the worker's log shows it ran steps of several widths at several batch sizes,
+    each tree width on the target backend built for it."""
     import re
 
     base, run = greedy_runs["trained"]["target"], greedy_runs["trained"]["ddtree-b4-auto"]
@@ -64,6 +65,10 @@ def test_auto_budget_changes_width_with_the_batch_and_keeps_the_tokens(greedy_ru
     assert "DFlash's chain" in widths and len(widths) >= 3, sorted(tried)
     assert {"1", "4"} <= buckets, sorted(tried)
     assert "auto over chain,3,7,15,16" in run.log, run.log[-3000:]
+    # revision 12: each narrower tree width verified on a target backend of its own, built for its
+    # width through SGLang's scoped spec-config override (no CUDA graphs here: backends only)
+    assert ("target verify states of their own for budgets [3: 4 tokens/request, eager, "
+            "7: 8 tokens/request, eager, 15: 16 tokens/request, eager]") in run.log, run.log[-3000:]
 
 
 def test_chain_steps_are_dflash_steps(greedy_runs) -> None:

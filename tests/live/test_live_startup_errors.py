@@ -23,6 +23,8 @@ CASES = {
     "torch-native-verify": (["--attention-backend", "torch_native"],
                             "Pass --attention-backend triton"),
     "hybrid-target": ([], "DDTREE does not support hybrid recurrent targets yet"),
+    "graph-memory-negative": (["--speculative-ddtree-graph-memory", "-1"],
+                              "give the GiB the narrower verify widths' CUDA graphs may take"),
 }
 
 

@@ -255,3 +255,61 @@ def test_auto_never_leaves_chain_or_floor_to_ceiling(floor, extra, seed, sizes):
         assert n == CHAIN or floor <= n <= floor + extra
         p.record_time(bs, n, rng.uniform(1e-4, 1.0))
         p.record_accept(n, rng.uniform(1.0, 10.0))
+
+
+# -- revision 12: verify graphs of their own for the narrower widths, within a memory bound -------
+from patchsets.ddtree.modules.ddtree_budget import GraphWidthPlan, plan_graph_widths  # noqa: E402
+
+
+def test_graph_widths_captured_narrowest_first_until_the_bound():
+    calls = []
+
+    def capture(n):                       # 0.1 GiB per verify token of width
+        calls.append(n)
+        return 0.1 * (n + 1)
+
+    plan = plan_graph_widths([31, CHAIN, 3, 7, 7, 15], capture, bound_gib=2.5)
+    # 3 (0.4) + 7 (0.8) = 1.2; 15 predicted 1.6 -> 2.8 > 2.5: 15 and 31 left eager, never captured
+    assert calls == [3, 7]
+    assert plan.captured == ((3, pytest.approx(0.4)), (7, pytest.approx(0.8)))
+    assert plan.skipped == (15, 31) and plan.used_gib == pytest.approx(1.2)
+    line = plan.describe()
+    assert "3 (0.40 GiB), 7 (0.80 GiB)" in line and "[15, 31]" in line and "1.20 of 2.5 GiB" in line
+
+
+def test_graph_widths_bound_zero_captures_nothing_and_bad_bounds_are_refused():
+    def capture(n):
+        raise AssertionError("captured under a zero bound")
+
+    assert plan_graph_widths([3, 7], capture, bound_gib=0.0) == GraphWidthPlan((), (3, 7), 0.0)
+    assert plan_graph_widths([CHAIN], capture, bound_gib=1.0) == GraphWidthPlan((), (), 1.0)
+    for bad in (-1.0, float("nan"), float("inf")):
+        with pytest.raises(ValueError, match="memory bound"):
+            plan_graph_widths([3], lambda n: 0.0, bound_gib=bad)
+
+
+def test_graph_widths_a_capture_dearer_than_predicted_stops_the_rest():
+    costs = {3: 0.1, 7: 2.0, 15: 0.1}      # 7 costs far more than 3 predicted: kept, counted
+    plan = plan_graph_widths([3, 7, 15], costs.__getitem__, bound_gib=1.0)
+    assert [n for n, _ in plan.captured] == [3, 7] and plan.skipped == (15,)
+    # a negative measurement (memory freed meanwhile) counts as free
+    assert plan_graph_widths([3], lambda n: -0.5, bound_gib=1.0).captured == ((3, 0.0),)
+
+
+@settings(max_examples=200, deadline=None)
+@given(budgets=st.lists(st.integers(0, 300), max_size=12),
+       per_token=st.floats(0.0, 0.5), bound=st.floats(0.0, 20.0))
+def test_graph_widths_stay_within_the_bound_when_cost_follows_width(budgets, per_token, bound):
+    """Cost proportional to the verify width (what the prediction assumes): the captured memory
+    never passes the bound, except a first capture that alone exceeds it; captured and skipped
+    split the distinct tree budgets, captured ones all narrower than skipped ones."""
+    plan = plan_graph_widths(budgets, lambda n: per_token * (n + 1), bound_gib=bound)
+    tree = sorted({n for n in budgets if n != CHAIN})
+    got = [n for n, _ in plan.captured]
+    assert got + list(plan.skipped) == tree
+    if bound == 0:
+        assert not got
+    elif len(got) > 1:
+        assert plan.used_gib <= bound + 1e-9
+    else:
+        assert len(got) <= 1

@@ -58,6 +58,8 @@ __all__ = [
     "load_schedule",
     "plan_budget",
     "best_budget_per_batch",
+    "GraphWidthPlan",
+    "plan_graph_widths",
 ]
 
 _ENTRY = re.compile(r"^\s*(\d+)\s*:\s*(\d+|chain)\s*$", re.IGNORECASE)
@@ -303,6 +305,79 @@ def auto_candidates(floor: int, ceiling: int) -> Tuple[int, ...]:
     if ceiling > floor:
         out.append(ceiling)
     return tuple(out)
+
+
+@dataclass(frozen=True)
+class GraphWidthPlan:
+    """Which tree budgets got their own target verify CUDA graphs at start-up, within the bound.
+
+    Fields:
+      captured: ((budget, GiB), ...) ascending by budget: each budget captured, with the device
+        memory its graphs and attention backend took (measured, GiB).
+      skipped: budgets (ascending) left to verify eagerly: the predicted memory would have gone
+        past the bound.
+      bound_gib: the bound (``--speculative-ddtree-graph-memory``, GiB).
+    """
+
+    captured: Tuple[Tuple[int, float], ...]
+    skipped: Tuple[int, ...]
+    bound_gib: float
+
+    @property
+    def used_gib(self) -> float:
+        return sum(gib for _, gib in self.captured)
+
+    def describe(self) -> str:
+        """One log line: what was captured, what it cost, what runs eagerly."""
+        got = ", ".join(f"{n} ({gib:.2f} GiB)" for n, gib in self.captured) or "none"
+        left = ", ".join(str(n) for n in self.skipped) or "none"
+        return (
+            f"verify graphs of their own for budgets [{got}]: {self.used_gib:.2f} of "
+            f"{self.bound_gib:g} GiB; over the bound, verified eagerly: [{left}]"
+        )
+
+
+def plan_graph_widths(
+    budgets: Iterable[int],
+    capture: Callable[[int], float],
+    *,
+    bound_gib: float,
+) -> GraphWidthPlan:
+    """Capture verify CUDA graphs for tree budgets, narrowest first, while they fit a memory bound.
+
+    Before each budget N its cost is predicted from what was measured so far: the largest GiB per
+    verify token of width (GiB / (budget + 1)) of any earlier capture, times N + 1 (the first
+    capture has nothing to go on and is predicted free). N and every wider budget are skipped
+    once the memory used plus N's prediction would pass ``bound_gib``; a capture that costs more
+    than predicted is kept and counted, so the bound can be passed by at most one capture's
+    misprediction (the first's whole cost when it alone exceeds the bound). ``CHAIN`` entries are
+    ignored (a chain step is DFlash's own verify).
+
+    Args:
+      budgets: tree budgets (>= 1; duplicates and ``CHAIN`` ignored) to capture.
+      capture: captures the graphs of one budget and returns the device memory they took (GiB,
+        >= 0; a negative measurement — memory freed meanwhile — counts as 0).
+      bound_gib: device memory the extra graphs may take (GiB, >= 0; 0 captures none).
+    Returns:
+      A ``GraphWidthPlan``.
+    Raises:
+      ValueError: a negative or non-finite bound.
+    """
+    if not (bound_gib >= 0 and math.isfinite(bound_gib)):
+        raise ValueError(f"the verify graphs' memory bound must be a finite number of GiB >= 0, got {bound_gib}")
+    todo = sorted({int(n) for n in budgets if int(n) != CHAIN})
+    captured: List[Tuple[int, float]] = []
+    used = 0.0
+    per_token = 0.0
+    for i, n in enumerate(todo):
+        predicted = per_token * (n + 1)
+        if bound_gib <= 0 or used + predicted > bound_gib:
+            return GraphWidthPlan(tuple(captured), tuple(todo[i:]), bound_gib)
+        gib = max(0.0, float(capture(n)))
+        captured.append((n, gib))
+        used += gib
+        per_token = max(per_token, gib / (n + 1))
+    return GraphWidthPlan(tuple(captured), (), bound_gib)
 
 
 def batch_bucket(batch_size: int) -> int:

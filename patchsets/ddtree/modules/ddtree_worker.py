@@ -28,6 +28,11 @@ W = max(B, N1)):
 Budget by batch (``--speculative-ddtree-budget-schedule``, ``ddtree_budget.py``): each decode step
 takes its budget from the running batch size; where the schedule says ``chain`` the step is
 DFlash's own (inherited ``forward_batch_generation``), so that batch size costs what DFLASH costs.
+Each narrower tree budget the schedule (or ``auto``) can give verifies on a target attention
+backend of its own, built for its width, and — where the server captures CUDA graphs — on decode
+graphs captured at that width, narrowest first within --speculative-ddtree-graph-memory GiB
+(``VerifyWidthState``, swapped in around the verify as SGLang's adaptive EAGLE swaps its
+``SpecRuntimeState``); a width over the bound, and a chain step, verifies eagerly.
 With ``auto`` the budget of each step comes from ``AutoBudgetPlanner``, fed by this worker: the
 host time between consecutive decode steps (the previous step's cost; a prefill or idle call in
 between voids the interval) and the tokens each step committed per request (its result's
@@ -59,15 +64,26 @@ listed in the patchset README.
 from __future__ import annotations
 
 import collections
+import contextlib
 import functools
 import inspect
 import logging
 import time
-from typing import Any, Callable, Deque, Optional, Tuple
+from dataclasses import dataclass
+from typing import Any, Callable, Deque, Dict, Iterator, List, Optional, Tuple
 
 import torch
 
-from .ddtree_budget import CHAIN, AutoBudgetPlanner, BudgetSchedule, batch_bucket, is_auto, load_schedule
+from .ddtree_budget import (
+    CHAIN,
+    AutoBudgetPlanner,
+    BudgetSchedule,
+    GraphWidthPlan,
+    batch_bucket,
+    is_auto,
+    load_schedule,
+    plan_graph_widths,
+)
 from .ddtree_info import (
     DDTreeSizes,
     TopKCandidates,
@@ -93,6 +109,8 @@ __all__ = [
     "check_captured_verify_width",
     "check_widths_beside_graphs",
     "replays_only_its_width",
+    "VerifyWidthState",
+    "build_verify_width_state",
     "draft_head_topk",
     "draft_head_logits",
     "DDTreeWorker",
@@ -280,6 +298,74 @@ def check_widths_beside_graphs(
     ]
 
 
+@dataclass
+class VerifyWidthState:
+    """The target's verify resources of their own for one tree budget, as SGLang's adaptive
+    speculative decoding keeps one ``SpecRuntimeState`` per step count: an attention backend built
+    for budget + 1 tokens per request and, where the server captures CUDA graphs, a decode graph
+    runner captured at that width (None: the width verifies eagerly on its backend).
+
+    Fields:
+      budget: tree nodes per request (>= 1).
+      tokens_per_request: the width the backend was built for (budget + 1 on a patched SGLang).
+      attn_backend: the target ``AttentionBackend`` of that width.
+      graph_runner: the target ``DecodeCudaGraphRunner`` (or the runner class this server uses).
+      memory_gib: device memory the two took (GiB; 0.0 when not measured: no graphs).
+    """
+
+    budget: int
+    tokens_per_request: int
+    attn_backend: Any
+    graph_runner: Any = None
+    memory_gib: float = 0.0
+
+
+def build_verify_width_state(
+    model_runner: Any, budget: int, *, graph_runner_cls: Optional[Callable[..., Any]] = None
+) -> VerifyWidthState:
+    """Build the target's verify backend for ``budget`` tree nodes per request on the target
+    ``ModelRunner`` and, given ``graph_runner_cls``, capture its decode CUDA graphs at that width.
+
+    SGLang reads the verify width from the spec config (``get_num_tokens_per_req_for_target_verify``
+    answers DDTreeSizes(...).verify_width, patch 0006), so the budget is overridden there while the
+    backend and the runner are built, with SGLang's own scoped ``override``. ``graph_runner_cls`` is
+    the class of the runner SGLang captured at start-up (its platform's choice), constructed with
+    the new backend as EAGLE's adaptive states are (``attn_backend=``). The model runner's own
+    backend and runner are left as they were.
+
+    Raises:
+      RuntimeError: the backend answers another width than budget + 1 (the override did not reach
+      it: this SGLang reads the width elsewhere), or what SGLang raises while capturing.
+    """
+    from sglang.srt.runtime_context import get_spec
+
+    n = int(budget)
+    keep_workspace = getattr(model_runner, "init_new_workspace", None)
+    with get_spec().override(speculative_ddtree_budget=n):
+        try:
+            backend = model_runner._get_attention_backend(init_new_workspace=True)
+        finally:
+            if keep_workspace is not None:
+                model_runner.init_new_workspace = keep_workspace
+        width = int(model_runner.decode_num_tokens_per_req())
+        if width != n + 1:
+            raise RuntimeError(
+                f"DDTREE: a verify backend built for budget {n} answers {width} tokens per request, "
+                f"not {n + 1}: this SGLang does not take the verify width from the spec config. "
+                "Serve with --speculative-ddtree-graph-memory 0."
+            )
+        runner = None
+        if graph_runner_cls is not None:
+            runner = graph_runner_cls(model_runner, attn_backend=backend)
+            captured = getattr(runner, "captured_req_width", width)
+            if int(captured) != width:
+                raise RuntimeError(
+                    f"DDTREE: the verify graphs for budget {n} were captured {captured} tokens wide, "
+                    f"not {width}. Serve with --speculative-ddtree-graph-memory 0."
+                )
+    return VerifyWidthState(n, width, backend, runner)
+
+
 def draft_head_logits(hidden: torch.Tensor, weight: torch.Tensor, num_org: int) -> torch.Tensor:
     """Dense draft logits on one rank: hidden [T, H] @ weight[:num_org].T -> [T, num_org]
     (weight dtype). Used at TP = 1, where the shard is the whole vocabulary."""
@@ -461,6 +547,10 @@ class DDTreeWorker(_WorkerBase):  # type: ignore[misc,valid-type]
         self._pending_accepts: Deque[Tuple[int, Any]] = collections.deque(maxlen=16)
         self._logged_plan = 0
         self._budgets_tried: set = set()
+        # the target's verify backend (and graphs) of their own per narrower tree budget, built in
+        # init_cuda_graphs; a budget without one verifies on the model runner's own
+        self._verify_states: Dict[int, VerifyWidthState] = {}
+        self.graph_width_plan: Optional[GraphWidthPlan] = None
 
     def _draft_scope_factory(self) -> Callable[[], Any]:
         """A no-argument callable entering the draft's TP scope as this DFlashWorkerV2 does:
@@ -523,13 +613,99 @@ class DDTreeWorker(_WorkerBase):  # type: ignore[misc,valid-type]
         super().init_cuda_graphs()
         graph_runner = getattr(self.target_worker.model_runner, "decode_cuda_graph_runner", None)
         check_captured_verify_width(graph_runner, self.ddtree_sizes.verify_width)
-        for line in check_widths_beside_graphs(
+        eager_lines = check_widths_beside_graphs(
             self.budget_schedule,
             graph_runner,
             self.budget_planner,
             block_size=self.ddtree_sizes.block_size,
-        ):
-            logger.info(line)
+        )
+        self._build_verify_states(graph_runner)
+        if self._ddtree_tp_rank == 0:
+            own = self._verify_states or self.graph_width_plan is not None
+            for line in self._verify_state_lines() if own else eager_lines:
+                logger.info(line)
+
+    def _tree_budgets(self) -> List[int]:
+        """The tree budgets (ascending, no ``CHAIN``) this server's steps can verify."""
+        if self.budget_planner is not None:
+            budgets = self.budget_planner.candidates
+        elif self.budget_schedule is not None:
+            budgets = self.budget_schedule.budgets()
+        else:
+            budgets = [self.ddtree_sizes.budget]
+        return sorted({int(n) for n in budgets if n != CHAIN})
+
+    def _free_device_gib(self) -> float:
+        """Free device memory (GiB), the least of the TP ranks' (every rank then decides alike)."""
+        from sglang.srt.utils.common import get_available_gpu_memory
+
+        runner = self.target_worker.model_runner
+        if self._tp_size > 1:
+            return float(
+                get_available_gpu_memory(
+                    runner.device, runner.gpu_id, distributed=True,
+                    cpu_group=getattr(self._tp_group, "cpu_group", None),
+                )
+            )
+        return float(get_available_gpu_memory(runner.device, runner.gpu_id))
+
+    def _build_verify_states(self, graph_runner: Any) -> None:
+        """A verify state of its own (``VerifyWidthState``) for each narrower tree budget the
+        schedule or the planner can give: with CUDA graphs, captured narrowest first while their
+        measured memory fits --speculative-ddtree-graph-memory (``plan_graph_widths``; the rest
+        verify eagerly through the start-up runner's uniform-width fallback); without graphs, the
+        backend alone for every such budget. The server budget's width keeps SGLang's own."""
+        from sglang.srt.runtime_context import get_spec
+
+        budgets = [n for n in self._tree_budgets() if n != self.ddtree_sizes.budget]
+        if not budgets:
+            return
+        runner = self.target_worker.model_runner
+        if graph_runner is None or getattr(graph_runner, "captured_req_width", None) is None:
+            for n in budgets:
+                self._verify_states[n] = build_verify_width_state(runner, n)
+            return
+        bound = float(getattr(get_spec(), "speculative_ddtree_graph_memory", 0.0) or 0.0)
+
+        def capture(n: int) -> float:
+            before = self._free_device_gib()
+            state = build_verify_width_state(runner, n, graph_runner_cls=type(graph_runner))
+            state.memory_gib = max(0.0, before - self._free_device_gib())
+            self._verify_states[n] = state
+            return state.memory_gib
+
+        self.graph_width_plan = plan_graph_widths(budgets, capture, bound_gib=bound)
+
+    def _verify_state_lines(self) -> List[str]:
+        """Log lines: each budget's own verify state, and what verifies eagerly."""
+        lines = []
+        if self._verify_states:
+            shown = ", ".join(
+                f"{n}: {state.tokens_per_request} tokens/request"
+                + (", graphs" if state.graph_runner is not None else ", eager")
+                for n, state in sorted(self._verify_states.items())
+            )
+            lines.append(f"DDTREE: target verify states of their own for budgets [{shown}]")
+        if self.graph_width_plan is not None:
+            lines.append("DDTREE: " + self.graph_width_plan.describe() + " (and chain steps)")
+        return lines
+
+    @contextlib.contextmanager
+    def _verify_width(self, budget: int) -> Iterator[None]:
+        """Within: the target model runner verifies with ``budget``'s own backend and graph runner
+        (SGLang's adaptive ``apply_runtime_state`` swaps the same two), restored on exit; a budget
+        without a state of its own uses the runner's."""
+        state = self._verify_states.get(int(budget))
+        if state is None:
+            yield
+            return
+        runner = self.target_worker.model_runner
+        kept = (runner.attn_backend, runner.decode_cuda_graph_runner)
+        runner.attn_backend, runner.decode_cuda_graph_runner = state.attn_backend, state.graph_runner
+        try:
+            yield
+        finally:
+            runner.attn_backend, runner.decode_cuda_graph_runner = kept
 
     # -- DFlash hooks -----------------------------------------------------------------------
     def _maybe_build_draft_sampler(self):
@@ -853,13 +1029,14 @@ class DDTreeWorker(_WorkerBase):  # type: ignore[misc,valid-type]
         verify_host = host_committed + N1
         batch.seq_lens_cpu = verify_host
         batch.seq_lens_sum = int(verify_host.sum())
-        verify_forward_batch, _ = verify_input.prepare_for_verify(batch, self.target_worker)
-        batch.seq_lens_cpu, batch.seq_lens_sum = seq_lens_cpu_backup, seq_lens_sum_backup
-        seq_lens_pre_verify = batch.seq_lens.clone() if self._need_mamba_verify_commit else None
+        with self._verify_width(budget):
+            verify_forward_batch, _ = verify_input.prepare_for_verify(batch, self.target_worker)
+            batch.seq_lens_cpu, batch.seq_lens_sum = seq_lens_cpu_backup, seq_lens_sum_backup
+            seq_lens_pre_verify = batch.seq_lens.clone() if self._need_mamba_verify_commit else None
 
-        target_out = self.target_worker.forward_batch_generation(
-            batch=None, forward_batch=verify_forward_batch, is_verify=True, skip_attn_backend_init=True
-        )
+            target_out = self.target_worker.forward_batch_generation(
+                batch=None, forward_batch=verify_forward_batch, is_verify=True, skip_attn_backend_init=True
+            )
         logits_output = target_out.logits_output
 
         # 5) The target's choice at every node (argmax, or one draw per node at T > 0).
