@@ -31,7 +31,8 @@ and env flags — are stubbed with their CUDA defaults, or the real package is u
 with the tree ``custom_mask`` for DDTREE, causal for DFLASH and non-causal for the drafter, exactly
 as SGLang's triton backend calls it; ``--tree-attn ddtree`` runs DDTREE's tree-masked verify
 through DDTree's own ``tree_verify_attention_fwd`` instead (bench/verify_attention.py times the two
-kernels alone). ``--attn sdpa`` is torch SDPA with a dense mask (the CPU smoke
+kernels alone), and ``--chain-attn ddtree`` the chain's causal verify too (the DFLASH arm then is
+a DDTREE server's chain step, ddtree revision 12 on, not DFLASH as SGLang runs it). ``--attn sdpa`` is torch SDPA with a dense mask (the CPU smoke
 run and the reference of the correctness check).
 
 Draft logits are made peaked as a trained drafter's are (``tests/support/ddtree.py``'s "peaked"
@@ -390,17 +391,21 @@ class AttnMeta:
 
 class Attention:
     """``kind`` sglang (SGLang's extend kernel) or sdpa; ``tree_fn``: another kernel for the calls
-    with a tree ``custom_mask`` (DDTREE's verify), e.g. DDTree's ``tree_verify_attention_fwd``."""
+    with a tree ``custom_mask`` (DDTREE's verify), e.g. DDTree's ``tree_verify_attention_fwd``;
+    ``chain_fn``: for the causal calls without a mask (the chain's verify), the same signature
+    (its mask arguments None)."""
 
     def __init__(self, kind: str, scale: float, extend_fn: Optional[Callable] = None,
-                 tree_fn: Optional[Callable] = None):
-        self.kind, self.scale, self.extend_fn, self.tree_fn = kind, scale, extend_fn, tree_fn
+                 tree_fn: Optional[Callable] = None, chain_fn: Optional[Callable] = None):
+        self.kind, self.scale, self.extend_fn = kind, scale, extend_fn
+        self.tree_fn, self.chain_fn = tree_fn, chain_fn
 
     def __call__(self, q, k, v, kc, vc, m: AttnMeta):
-        if self.tree_fn is not None and m.custom_mask is not None:
+        own = self.tree_fn if m.custom_mask is not None else self.chain_fn if m.causal else None
+        if own is not None:
             o = torch.empty_like(q)
-            self.tree_fn(q, k, v, o, kc, vc, m.qo_indptr, m.kv_indptr, m.kv_indices, m.custom_mask,
-                         m.mask_indptr, m.T, self.scale)
+            own(q, k, v, o, kc, vc, m.qo_indptr, m.kv_indptr, m.kv_indices, m.custom_mask,
+                m.mask_indptr if m.custom_mask is not None else None, m.T, self.scale)
             return o
         if self.kind == "sglang":
             o = torch.empty_like(q)
@@ -1389,7 +1394,7 @@ def launch_warm_shards(args, n: int, log_dir: str) -> List[Tuple[subprocess.Pope
     procs = []
     base = [sys.executable, os.path.abspath(__file__), "--layers", "1", "--draft-layers", "1",
             "--bs", args.bs, "--widths", args.widths, "--context", str(args.context), "--attn", args.attn,
-            "--tree-attn", args.tree_attn]
+            "--tree-attn", args.tree_attn, "--chain-attn", args.chain_attn]
     if args.sglang_src:
         base += ["--sglang-src", args.sglang_src]
     for i in range(n):
@@ -1408,13 +1413,17 @@ def make_attention(args, shape: Shape) -> Attention:
     if args.attn == "sdpa":
         return Attention("sdpa", scale)
     fn, desc = load_sglang_extend_attention(args.sglang_src)
-    tree_fn = None
-    if args.tree_attn == "ddtree":
-        from patchsets.ddtree.kernels.ddtree_verify_attention import tree_verify_attention_fwd
+    from patchsets.ddtree.kernels.ddtree_verify_attention import tree_verify_attention_fwd
 
+    tree_fn = chain_fn = None
+    if args.tree_attn == "ddtree":
         tree_fn = tree_verify_attention_fwd
         desc += "; DDTREE's tree verify: ddtree_verify_attention.tree_verify_attention_fwd"
-    att = Attention("sglang", scale, fn, tree_fn)
+    if args.chain_attn == "ddtree":
+        chain_fn = tree_verify_attention_fwd
+        desc += ("; the chain's verify (the DFLASH arm: a DDTREE chain step, ddtree r12): "
+                 "tree_verify_attention_fwd without a mask (causal)")
+    att = Attention("sglang", scale, fn, tree_fn, chain_fn)
     att.desc = desc
     return att
 
@@ -1456,6 +1465,10 @@ def main(argv=None):
     ap.add_argument("--tree-attn", choices=("sglang", "ddtree"), default="sglang",
                     help="DDTREE's tree-masked verify attention: SGLang's extend kernel (as SGLang's triton "
                          "backend runs it) or DDTree's tree_verify_attention_fwd (--attn sglang only)")
+    ap.add_argument("--chain-attn", choices=("sglang", "ddtree"), default="sglang",
+                    help="the chain's causal verify attention (the DFLASH arm): SGLang's extend kernel (DFLASH "
+                         "as SGLang runs it) or DDTree's kernel without a mask (a DDTREE server's chain step, "
+                         "ddtree revision 12 on; --attn sglang only)")
     ap.add_argument("--sglang-src", default=None, help="sglang 0.5.23 wheel or zip of its attention kernels")
     ap.add_argument("--warm-jobs", type=int, default=0, help="compile the Triton kernels first in N processes")
     ap.add_argument("--warm-shard", default=None, help=argparse.SUPPRESS)

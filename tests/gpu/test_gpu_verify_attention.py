@@ -6,6 +6,8 @@
   trees from our builder (the sglang package when it imports, else the kernel source from
   ``$DDTREE_SGLANG_KERNELS`` or .gpu/sglang-0.5.23-attention-kernels.zip, loaded as
   bench/decode_step.py loads it — run this file in its own pytest process then);
+* without a mask (a chain step's verify): causal, against float64 and SGLang's causal
+  ``extend_attention_fwd``;
 * inside a CUDA graph: replay with new prefix lengths equals eager (the split count depends on
   shapes only).
 """
@@ -89,6 +91,27 @@ def test_kernel_equals_sglang_extend_attention(N):
         err = float((ours.float() - ref.float()).norm() / ref.float().norm())
         assert err < 8e-3, (splits, err)
     print(f"SGLANG_DDTREE_ATTN N={N} rel_err_vs_extend_attention={err:.2e}")
+
+
+@pytest.mark.parametrize("T,splits", [(16, 1), (16, 8), (65, 4)])
+def test_causal_kernel_equals_the_chains_attention_and_sglangs(T, splits):
+    """No custom_mask (a chain step's verify): float64 attention under the lower-triangular mask,
+    and SGLang's extend_attention_fwd run causal without a mask (as the triton backend runs a
+    DFlash verify); the control: the tree case's attention is far from it."""
+    extend_attention_fwd = _sglang_extend_attention()
+    prefix = [37, 0, 1030, 300]
+    chain = to_device(make_case(T * 11 + splits, prefix, T, 32, 8, 128, dtype=torch.bfloat16, chain=True), DEV)
+    out = run_kernel(chain, causal=True, num_kv_splits=splits)
+    err = rel(out.cpu(), dense_reference(chain, 128 ** -0.5))
+    assert err < 8e-3, err
+    tree = to_device(make_case(T * 11 + splits, prefix, T, 32, 8, 128, dtype=torch.bfloat16), DEV)
+    assert rel(out.cpu(), dense_reference(tree, 128 ** -0.5)) > 10 * err
+    ref = torch.empty_like(out)
+    extend_attention_fwd(chain.q, chain.k, chain.v, ref, chain.kb, chain.vb, chain.qo_indptr, chain.kv_indptr,
+                         chain.kv_indices, None, True, None, T, 1.0, 1.0, sm_scale=128 ** -0.5)
+    vs = float((out.float() - ref.float()).norm() / ref.float().norm())
+    assert vs < 8e-3, vs
+    print(f"DDTREE_ATTN_CAUSAL T={T} splits={splits} rel_err={err:.2e} vs_extend_attention={vs:.2e}")
 
 
 def test_graph_replay_with_new_prefix_lengths():

@@ -90,10 +90,12 @@ def dense_reference(c: Case, scale: float) -> torch.Tensor:
     return out
 
 
-def run_kernel(c: Case, **kw) -> torch.Tensor:
+def run_kernel(c: Case, *, causal: bool = False, **kw) -> torch.Tensor:
+    """The kernel's output for the case; ``causal``: without the case's mask (a chain's verify)."""
     o = torch.empty(c.q.shape[0], c.q.shape[1], c.v.shape[2], dtype=c.q.dtype, device=c.q.device)
+    mask, indptr = (None, None) if causal else (c.custom_mask, c.mask_indptr)
     KA.tree_verify_attention_fwd(c.q, c.k, c.v, o, c.kb, c.vb, c.qo_indptr, c.kv_indptr, c.kv_indices,
-                                 c.custom_mask, c.mask_indptr, c.T, **kw)
+                                 mask, indptr, c.T, **kw)
     return o
 
 

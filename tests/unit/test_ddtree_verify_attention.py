@@ -4,7 +4,8 @@ Each case builds a batch of trees (random parents, every node after its parent),
 FULL_MASK ``custom_mask`` through ``ddtree_tree.build_custom_mask``, a KV pool with each request's
 prefix at scattered slots, and compares ``tree_verify_attention_fwd`` with softmax attention in
 float64 over [prefix, tree tokens] under the tree mask. Controls: the same inputs under a chain
-(causal) mask differ far beyond the tolerance, so a kernel that ignored the tree would fail.
+(causal) mask differ far beyond the tolerance, so a kernel that ignored the tree would fail. Without
+a mask the kernel is causal (a chain step's verify), checked against the chain's attention.
 tests/gpu/test_gpu_sglang_kernels.py compares it with SGLang's own ``extend_attention_fwd``.
 Run: ``TRITON_INTERPRET=1 pytest tests/unit/test_ddtree_verify_attention.py``.
 """
@@ -40,6 +41,27 @@ def test_kernel_equals_dense_attention(prefix, T, hq, hkv, splits):
     # The control: the same tokens under a chain mask are far from the tree's attention.
     chain = make_case(len(prefix) * 100 + T, prefix, T, hq, hkv, d, chain=True)
     assert rel(out, dense_reference(chain, d ** -0.5)) > 1e-2
+
+
+@pytest.mark.parametrize("prefix,T,hq,hkv,splits", [
+    ([37, 0, 130], 16, 8, 2, 1),
+    ([37, 0, 130], 16, 8, 2, 4),
+    ([70, 3], 40, 4, 1, 2),  # two row blocks
+])
+def test_causal_kernel_without_a_mask_equals_the_chains_attention(prefix, T, hq, hkv, splits):
+    """No custom_mask: the tree part is causal (a chain step's verify, DFlash's own step in the
+    DDTREE worker) and equals float64 attention under the lower-triangular mask and the kernel run
+    with that mask spelled out; the control: a tree's attention is far from it."""
+    d = 16
+    chain = make_case(len(prefix) * 100 + T, prefix, T, hq, hkv, d, chain=True)
+    out = run_kernel(chain, causal=True, num_kv_splits=splits, block_n=16)
+    assert rel(out, dense_reference(chain, d ** -0.5)) < 1e-5
+    assert rel(out, run_kernel(chain, num_kv_splits=splits, block_n=16)) < 1e-6
+    tree = make_case(len(prefix) * 100 + T, prefix, T, hq, hkv, d)
+    assert rel(out, dense_reference(tree, d ** -0.5)) > 1e-2
+    with pytest.raises(ValueError, match="mask_indptr"):
+        KA.tree_verify_attention_fwd(chain.q, chain.k, chain.v, out, chain.kb, chain.vb, chain.qo_indptr,
+                                     chain.kv_indptr, chain.kv_indices, chain.custom_mask, None, T)
 
 
 def test_half_precision_and_every_split_agree():
@@ -104,16 +126,20 @@ def test_the_backend_hook_runs_tree_verifies_and_declines_the_rest():
     c = make_case(21, [30, 7], 16, 8, 2, 16)
     want = run_kernel(c, sm_scale=0.25)
 
-    def hook(mask, **kw):
+    def hook(mask, causal=True, indptr=c.mask_indptr, **kw):
         o = torch.full((c.q.shape[0], c.q.shape[1], c.v.shape[2]), 7.0)
         ran = KA.ddtree_verify_fwd(c.q, c.k, c.v, o, c.kb, c.vb, c.qo_indptr, c.kv_indptr, c.kv_indices,
-                                   mask, True, c.mask_indptr, c.T, 1.0, 1.0, 0.25, **kw)
+                                   mask, causal, indptr, c.T, 1.0, 1.0, 0.25, **kw)
         return ran, o
 
     ran, o = hook(c.custom_mask, max_bs=8, sliding_window_size=-1, sinks=None, window_kv_offsets=None,
                   xai_temperature_len=-1, logit_cap=0.0)
     assert ran and torch.equal(o, want)
-    for mask, kw in [(None, {}),  # a chain step: causal, no custom_mask
+    # a chain step (DFlash's own, in the DDTREE worker): causal, no custom_mask -> the causal kernel
+    ran, o = hook(None, indptr=None, max_bs=8)
+    assert ran and torch.equal(o, run_kernel(c, causal=True, sm_scale=0.25))
+    for mask, kw in [(None, {"causal": False}),  # no mask and not causal: not a verify it serves
+                     (c.custom_mask, {"indptr": None}),
                      (c.custom_mask, {"logit_cap": 30.0}),
                      (c.custom_mask, {"sliding_window_size": 64}),
                      (c.custom_mask, {"window_kv_offsets": torch.zeros(2, dtype=torch.int64)}),

@@ -459,10 +459,10 @@ def check_triton_verify_route(mods):
     """Revision 11: the triton backend hands DDTREE's target verify to DDTree's kernel. Read from
     the installed triton_backend.py's syntax tree (importing it needs triton and transformers):
     ``TritonAttnBackend.__init__`` sets ``self.ddtree_verify_fwd`` under a test of
-    ``spec_algorithm.is_ddtree()`` and ``forward_extend`` hands it the verify. Where triton imports,
-    the hook is also run on two calls it must decline (a chain step's causal verify: no
-    custom_mask; a logit-capped layer): it returns False and writes nothing, so
-    ``extend_attention_fwd`` runs them. No kernel is launched."""
+    ``spec_algorithm.is_ddtree()`` and ``forward_extend`` hands it the verify (tree verifies and,
+    from revision 12, chain steps' causal verifies). Where triton imports, the hook is also run on
+    two calls it must decline (no custom_mask and not causal; a logit-capped layer): it returns
+    False and writes nothing, so ``extend_attention_fwd`` runs them. No kernel is launched."""
     import ast
     import importlib.util
 
@@ -503,12 +503,13 @@ def check_triton_verify_route(mods):
     o = torch.full_like(q, 7.0)
     ind = torch.tensor([0, 4], dtype=torch.int32)
     args = (q, kv, kv, o, kv, kv, ind, torch.zeros(2, dtype=torch.int32), torch.zeros(0, dtype=torch.int64))
-    chain = kernel.ddtree_verify_fwd(*args, None, True, None, 4)
+    unmasked = kernel.ddtree_verify_fwd(*args, None, False, None, 4)
     capped = kernel.ddtree_verify_fwd(*args, torch.ones(16, dtype=torch.bool), True,
                                       torch.tensor([0, 16]), 4, logit_cap=30.0)
-    if chain or capped or not bool((o == 7.0).all()):
-        raise CheckFailed(f"ddtree_verify_fwd took a call it must decline (chain {chain}, logit cap {capped})")
-    return detail + "; a chain step and a logit-capped layer fall back to extend_attention_fwd"
+    if unmasked or capped or not bool((o == 7.0).all()):
+        raise CheckFailed(f"ddtree_verify_fwd took a call it must decline (non-causal without a mask "
+                          f"{unmasked}, logit cap {capped})")
+    return detail + "; a non-causal call without a mask and a logit-capped layer fall back to extend_attention_fwd"
 
 
 CHECKS = (

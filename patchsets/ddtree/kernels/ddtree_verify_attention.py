@@ -16,6 +16,9 @@ programs (flash-decoding) and a second kernel merges the partial softmax states.
 in the last split, with the mask read from ``custom_mask``; its prefix columns are not read: every
 tree token sees the whole committed prefix, as SGLang's ``skip_prefix_custom_mask`` assumes too.
 
+Without a mask the tree part is causal (token t sees tokens 0..t): a chain's verify — DFlash's own
+step, which the DDTREE worker runs where its budget schedule says ``chain`` — takes the same kernel.
+
 ``tree_verify_attention_fwd`` has ``extend_attention_fwd``'s arguments (the subset a tree verify
 uses); ``tree_verify_attention_supports`` says which calls it serves (no logit cap, sliding window,
 sinks or scaled-FP8 KV; the same dtype for queries, new K/V and the pool). ``ddtree_verify_fwd`` is
@@ -74,6 +77,7 @@ def _tree_verify_attn_kernel(
     D: tl.constexpr, DV: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
     ANCESTORS_FIRST: tl.constexpr,
+    CAUSAL: tl.constexpr,  # no custom_mask: token t sees tree tokens 0..t (a chain's verify)
 ):
     pid = tl.program_id(0)
     kvh = tl.program_id(1)
@@ -116,11 +120,15 @@ def _tree_verify_attn_kernel(
                     mask=n_ok[:, None] & dv_ok[None, :], other=0.0)
         m_i, l_i, acc = _online_softmax_step(m_i, l_i, acc, s, v)
 
-    # The tree tokens: ancestors-or-self of each row, as custom_mask's tree block says.
+    # The tree tokens: ancestors-or-self of each row, as custom_mask's tree block says (CAUSAL:
+    # tokens 0..t, the chain's).
     if sid == SPLITS - 1:
-        m_base = tl.load(mask_indptr + b).to(tl.int64)
         row_len = P + T
-        if ANCESTORS_FIRST:  # a node's ancestors precede it: this block's rows see keys <= its last t
+        if CAUSAL:
+            m_base = 0
+        else:
+            m_base = tl.load(mask_indptr + b).to(tl.int64)
+        if ANCESTORS_FIRST or CAUSAL:  # ancestors precede a node: this block's rows see keys <= its last t
             j_end = tl.minimum(T, (mb * BLOCK_M + BLOCK_M - 1) // G + 1)
         else:
             j_end = T
@@ -129,9 +137,12 @@ def _tree_verify_attn_kernel(
             j_ok = j < j_end
             k = tl.load(K_new + (q_start + j)[None, :] * stride_kt + kvh * stride_kh + offs_d[:, None],
                         mask=j_ok[None, :] & d_ok[:, None], other=0.0)
-            seen = tl.load(custom_mask + m_base + t[:, None] * row_len + P + j[None, :],
-                           mask=row_ok[:, None] & j_ok[None, :], other=0)
-            s = tl.where(seen != 0, tl.dot(q, k) * qk_scale, float("-inf"))
+            if CAUSAL:
+                seen = (j[None, :] <= t[:, None]) & row_ok[:, None] & j_ok[None, :]
+            else:
+                seen = tl.load(custom_mask + m_base + t[:, None] * row_len + P + j[None, :],
+                               mask=row_ok[:, None] & j_ok[None, :], other=0) != 0
+            s = tl.where(seen, tl.dot(q, k) * qk_scale, float("-inf"))
             v = tl.load(V_new + (q_start + j)[:, None] * stride_vt + kvh * stride_vh + offs_dv[None, :],
                         mask=j_ok[:, None] & dv_ok[None, :], other=0.0)
             m_i, l_i, acc = _online_softmax_step(m_i, l_i, acc, s, v)
@@ -250,8 +261,8 @@ def tree_verify_attention_fwd(
     qo_indptr: torch.Tensor,
     kv_indptr: torch.Tensor,
     kv_indices: torch.Tensor,
-    custom_mask: torch.Tensor,
-    mask_indptr: torch.Tensor,
+    custom_mask: torch.Tensor | None,
+    mask_indptr: torch.Tensor | None,
     max_len_extend: int,
     sm_scale: float | None = None,
     *,
@@ -273,8 +284,10 @@ def tree_verify_attention_fwd(
         committed prefix, in order.
       custom_mask: flat bool/uint8, SGLang's FULL_MASK layout (``ddtree_tree.build_custom_mask``):
         request b's rows start at mask_indptr[b], row t is P_b + T_b entries (prefix, then tree).
-        Only the tree columns are read; the prefix is taken as fully visible.
-      mask_indptr: int64 [bs + 1].
+        Only the tree columns are read; the prefix is taken as fully visible. None: causal — token
+        t sees tokens 0..t of its request (a chain's verify, as ``extend_attention_fwd`` with
+        ``is_causal`` and no mask).
+      mask_indptr: int64 [bs + 1] (None with ``custom_mask`` None).
       max_len_extend: host int >= every T_b (the verify width N + 1); sets the row blocks.
       sm_scale: softmax scale (default D ** -0.5).
       num_kv_splits: programs sharing one prefix (default ``tree_verify_kv_splits`` for this
@@ -285,7 +298,8 @@ def tree_verify_attention_fwd(
       block_n / num_warps / num_stages: launch knobs (keys per step, warps, pipeline stages);
         default ``tree_verify_launch``'s choice.
     Raises:
-      ValueError: a shape or dtype the kernel does not serve (``tree_verify_attention_supports``).
+      ValueError: a shape or dtype the kernel does not serve (``tree_verify_attention_supports``),
+      or a ``custom_mask`` without its ``mask_indptr``.
     No host sync; allocates fp32 partial states [bs * row blocks, Hkv, splits, rows, Dv] when
     splits > 1.
     """
@@ -293,6 +307,8 @@ def tree_verify_attention_fwd(
             and tree_verify_attention_supports(q_extend, k_buffer)):
         raise ValueError(f"tree_verify_attention_fwd: unsupported call (q {tuple(q_extend.shape)} "
                          f"{q_extend.dtype}, pool {tuple(k_buffer.shape)} {k_buffer.dtype}); use extend_attention_fwd")
+    if custom_mask is not None and mask_indptr is None:
+        raise ValueError("tree_verify_attention_fwd: a custom_mask needs its mask_indptr (request b's rows start there)")
     _launch(q_extend, k_extend, v_extend, o_extend, k_buffer, v_buffer, qo_indptr, kv_indptr, kv_indices,
             custom_mask, mask_indptr, max_len_extend, sm_scale, num_kv_splits=num_kv_splits,
             ancestors_first=ancestors_first, block_n=block_n, num_warps=num_warps, num_stages=num_stages)
@@ -305,7 +321,7 @@ def _same_layout(q: torch.Tensor, *others: torch.Tensor) -> bool:
 
 def _launch(q_extend: torch.Tensor, k_extend: torch.Tensor, v_extend: torch.Tensor, o_extend: torch.Tensor,
             k_buffer: torch.Tensor, v_buffer: torch.Tensor, qo_indptr: torch.Tensor, kv_indptr: torch.Tensor,
-            kv_indices: torch.Tensor, custom_mask: torch.Tensor, mask_indptr: torch.Tensor,
+            kv_indices: torch.Tensor, custom_mask: torch.Tensor | None, mask_indptr: torch.Tensor | None,
             max_len_extend: int, sm_scale: float | None, *, num_kv_splits: int | None,
             ancestors_first: bool, block_n: int | None, num_warps: int | None,
             num_stages: int | None) -> None:
@@ -331,7 +347,11 @@ def _launch(q_extend: torch.Tensor, k_extend: torch.Tensor, v_extend: torch.Tens
     else:
         acc = ml = o_extend  # not touched by the kernel
     scale = (D ** -0.5 if sm_scale is None else float(sm_scale)) * _LOG2E
-    mask = custom_mask.view(torch.uint8) if custom_mask.dtype == torch.bool else custom_mask
+    causal = custom_mask is None
+    if causal:  # the kernel reads neither: any int tensor stands in for the pointers
+        mask, mask_indptr = qo_indptr, qo_indptr
+    else:
+        mask = custom_mask.view(torch.uint8) if custom_mask.dtype == torch.bool else custom_mask
     _tree_verify_attn_kernel[(bs * MB, Hkv, splits)](
         q_extend, k_extend, v_extend, o_extend, k_buffer, v_buffer,
         qo_indptr, kv_indptr, kv_indices, mask, mask_indptr,
@@ -342,7 +362,7 @@ def _launch(q_extend: torch.Tensor, k_extend: torch.Tensor, v_extend: torch.Tens
         Hkv,
         G=G, MB=MB, SPLITS=splits, D=D, DV=Dv,
         BLOCK_M=BLOCK_M, BLOCK_N=block_n, BLOCK_D=BLOCK_D, BLOCK_DV=BLOCK_DV,
-        ANCESTORS_FIRST=ancestors_first, num_warps=num_warps, num_stages=num_stages,
+        ANCESTORS_FIRST=ancestors_first, CAUSAL=causal, num_warps=num_warps, num_stages=num_stages,
     )
     if splits > 1:
         _tree_verify_merge_kernel[(bs * MB, Hkv)](
@@ -378,11 +398,17 @@ def ddtree_verify_fwd(
 ) -> bool:
     """SGLang triton backend's target-verify hook for DDTREE (the arguments its ``forward_extend``
     passes to a ``verify_fwd``). Runs ``tree_verify_attention_fwd`` and returns True when the call
-    has a tree ``custom_mask`` and nothing the kernel does not serve (see
-    ``tree_verify_attention_supports``; also no sliding-window offsets or xAI temperature); else
-    returns False without writing, and the backend runs ``extend_attention_fwd`` (a chain step's
-    causal verify takes that path). Extra keyword arguments (``max_bs``) are ignored."""
-    if custom_mask is None or mask_indptr is None or window_kv_offsets is not None:
+    is a tree verify (a ``custom_mask`` with its ``mask_indptr``) or a chain step's causal verify
+    (no mask, ``is_causal``: DFlash's own step inside the DDTREE worker) and has nothing the kernel
+    does not serve (see ``tree_verify_attention_supports``; also no sliding-window offsets or xAI
+    temperature); else returns False without writing, and the backend runs
+    ``extend_attention_fwd`` (e.g. a non-causal call without a mask). Extra keyword arguments
+    (``max_bs``) are ignored."""
+    if window_kv_offsets is not None:
+        return False
+    if custom_mask is None and not is_causal:
+        return False
+    if custom_mask is not None and mask_indptr is None:
         return False
     if xai_temperature_len is not None and xai_temperature_len > 0:
         return False
