@@ -111,17 +111,19 @@ CASES = [
             ROUNDS=14 if w32 else 8), 8)
       for xt, st, w32 in (("*bf16", "*i32", False), (F32, I64, True))],
     # tree-verify attention: Qwen3-8B heads (GQA 4, D 128) at T 16 (one 64-row block, split prefix),
-    # T 65 (three 128-row blocks, one split), and T 16 causal (a chain step: no mask)
+    # T 65 (three 128-row blocks, one split), T 16 causal (a chain step: no mask), and T 16 with a
+    # mask row read per query row (FOLD_G off: a group that is no power of two)
     *[(KA._tree_verify_attn_kernel, dict(
         Q="*bf16", K_new="*bf16", V_new="*bf16", O="*bf16", K_buf="*bf16", V_buf="*bf16",
         qo_indptr="*i32", kv_indptr="*i32", kv_indices=I64, custom_mask="*u8", mask_indptr=I64,
         Acc=F32, Ml=F32, qk_scale="fp32", **{f"stride_{n}": "i64" for n in (
             "qt", "qh", "kt", "kh", "vt", "vh", "ot", "oh", "kbt", "kbh", "vbt", "vbh")},
         n_kv_heads="i32", G=C, MB=C, SPLITS=C, D=C, DV=C, BLOCK_M=C, BLOCK_N=C, BLOCK_D=C, BLOCK_DV=C,
-        ANCESTORS_FIRST=C, CAUSAL=C),
+        ANCESTORS_FIRST=C, CAUSAL=C, FOLD_G=C),
        dict(G=4, MB=mb, SPLITS=sp, D=128, DV=128, BLOCK_M=bm, BLOCK_N=64, BLOCK_D=128, BLOCK_DV=128,
-            ANCESTORS_FIRST=True, CAUSAL=causal), 4)
-      for mb, sp, bm, causal in ((1, 16, 64, False), (3, 1, 128, False), (1, 16, 64, True))],
+            ANCESTORS_FIRST=True, CAUSAL=causal, FOLD_G=fold), 4)
+      for mb, sp, bm, causal, fold in ((1, 16, 64, False, True), (3, 1, 128, False, True),
+                                       (1, 16, 64, True, True), (1, 16, 64, False, False))],
     (KA._tree_verify_merge_kernel, dict(O="*bf16", Acc=F32, Ml=F32, qo_indptr="*i32", stride_ot="i64",
                                         stride_oh="i64", n_kv_heads="i32", G=C, MB=C, SPLITS=C, DV=C,
                                         BLOCK_M=C, BLOCK_DV=C),

@@ -31,6 +31,7 @@ from tests.support.verify_attention import TreeStub, dense_reference, make_case,
     ([37, 0, 130], 16, 8, 2, 4),  # the prefix split four ways (flash-decoding) and merged
     ([5], 9, 4, 4, 2),  # MHA, a width that is no power of two, more splits than prefix blocks
     ([70, 3], 40, 4, 1, 2),  # 160 rows: two row blocks; MQA
+    ([12, 5], 10, 6, 2, 2),  # GQA 3: no power of two, so each row reads its own mask row (no FOLD_G)
 ])
 def test_kernel_equals_dense_attention(prefix, T, hq, hkv, splits):
     d = 16

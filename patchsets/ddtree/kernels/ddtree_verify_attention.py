@@ -78,6 +78,7 @@ def _tree_verify_attn_kernel(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
     ANCESTORS_FIRST: tl.constexpr,
     CAUSAL: tl.constexpr,  # no custom_mask: token t sees tree tokens 0..t (a chain's verify)
+    FOLD_G: tl.constexpr,  # G a power of two dividing BLOCK_M: read each token's mask row once
 ):
     pid = tl.program_id(0)
     kvh = tl.program_id(1)
@@ -139,6 +140,12 @@ def _tree_verify_attn_kernel(
                         mask=j_ok[None, :] & d_ok[:, None], other=0.0)
             if CAUSAL:
                 seen = (j[None, :] <= t[:, None]) & row_ok[:, None] & j_ok[None, :]
+            elif FOLD_G:  # one mask row per token, shared by the G rows of its query heads
+                tq = (mb * BLOCK_M) // G + tl.arange(0, BLOCK_M // G)
+                seen_t = tl.load(custom_mask + m_base + tq[:, None] * row_len + P + j[None, :],
+                                 mask=(tq < T)[:, None] & j_ok[None, :], other=0)
+                seen = tl.reshape(tl.broadcast_to(seen_t[:, None, :], (BLOCK_M // G, G, BLOCK_N)),
+                                  (BLOCK_M, BLOCK_N)) != 0
             else:
                 seen = tl.load(custom_mask + m_base + t[:, None] * row_len + P + j[None, :],
                                mask=row_ok[:, None] & j_ok[None, :], other=0) != 0
@@ -314,6 +321,12 @@ def tree_verify_attention_fwd(
             ancestors_first=ancestors_first, block_n=block_n, num_warps=num_warps, num_stages=num_stages)
 
 
+def _folds(group: int, block_m: int) -> bool:
+    """Whether a row block reads one mask row per token (``FOLD_G``): ``group`` query heads per KV
+    head a power of two (> 1) dividing ``block_m``."""
+    return group > 1 and group & (group - 1) == 0 and block_m % group == 0
+
+
 def _same_layout(q: torch.Tensor, *others: torch.Tensor) -> bool:
     """The other tensors in q's dtype, each with a contiguous last dimension (the kernel's loads)."""
     return all(x.dtype == q.dtype and x.stride(-1) == 1 for x in others)
@@ -362,7 +375,8 @@ def _launch(q_extend: torch.Tensor, k_extend: torch.Tensor, v_extend: torch.Tens
         Hkv,
         G=G, MB=MB, SPLITS=splits, D=D, DV=Dv,
         BLOCK_M=BLOCK_M, BLOCK_N=block_n, BLOCK_D=BLOCK_D, BLOCK_DV=BLOCK_DV,
-        ANCESTORS_FIRST=ancestors_first, CAUSAL=causal, num_warps=num_warps, num_stages=num_stages,
+        ANCESTORS_FIRST=ancestors_first, CAUSAL=causal, FOLD_G=_folds(G, BLOCK_M),
+        num_warps=num_warps, num_stages=num_stages,
     )
     if splits > 1:
         _tree_verify_merge_kernel[(bs * MB, Hkv)](
