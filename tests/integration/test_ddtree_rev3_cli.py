@@ -156,7 +156,8 @@ def test_cli_older_revision_then_current_pushes_the_adapted_modules_only_then_ro
     two that patch 0010's changed lines live in; revisions 9 and 10 only the prep kernel and the
     worker (each from the one before); revision 11 the triton backend (patch 0011) and a new kernel
     file, which the upgrade creates and the rollback removes; revision 12 patch 0010's two files
-    again (--speculative-ddtree-graph-memory) and the budget and worker modules. A host at
+    again (--speculative-ddtree-graph-memory), the budget and worker modules and the verify
+    kernel. A host at
     revision 4, 6 or 11 is
     recognised (patched@rN; 5 is covered by the
     status tests of tests/integration/test_ddtree_patchset.py), the upgrade pushes exactly the
@@ -174,7 +175,7 @@ def test_cli_older_revision_then_current_pushes_the_adapted_modules_only_then_ro
     if old == 6:
         assert R7_SGLANG | {WORKER, BUDGET} <= differ and INFO not in differ, differ
     if old == 11:
-        assert differ == R7_SGLANG | {WORKER, BUDGET}, differ
+        assert differ == R7_SGLANG | {WORKER, BUDGET, VERIFY_ATTN}, differ
 
     h, site = _hosts(tmp_path, local_target), local_target.site_packages
     code, data, err = run_json(capsys, *h, "apply", f"ddtree@{old}", "--host", "here", "--yes")
@@ -185,8 +186,8 @@ def test_cli_older_revision_then_current_pushes_the_adapted_modules_only_then_ro
     assert data["overall"] == "older" and data["older_revision"] == old, data
     states = {f["path"]: (f["state"], f["revision"]) for f in data["files"]}
     assert {states[p] for p in differ - {VERIFY_ATTN}} == {("patched", old)}, data["files"]
-    if old < 11:
-        assert states[VERIFY_ATTN][0] == "absent", states[VERIFY_ATTN]   # revision 11's new kernel
+    # revision 11's new kernel: absent on older hosts, revision 11's bytes on an r11 host
+    assert states[VERIFY_ATTN] == (("absent", None) if old < 11 else ("patched", 11)), states[VERIFY_ATTN]
 
     code, data, err = run_json(capsys, *h, "apply", "ddtree", "--host", "here", "--yes")
     assert code == 0, err
