@@ -654,7 +654,9 @@ class DDTreeWorker(_WorkerBase):  # type: ignore[misc,valid-type]
         schedule or the planner can give: with CUDA graphs, captured narrowest first while their
         measured memory fits --speculative-ddtree-graph-memory (``plan_graph_widths``; the rest
         verify eagerly through the start-up runner's uniform-width fallback); without graphs, the
-        backend alone for every such budget. The server budget's width keeps SGLang's own."""
+        backend alone for every such budget (each backend built as SGLang builds one: a
+        flashinfer backend takes a workspace of its own). The server budget's width keeps SGLang's
+        own. Raises RuntimeError naming the way out when a capture fails."""
         from sglang.srt.runtime_context import get_spec
 
         budgets = [n for n in self._tree_budgets() if n != self.ddtree_sizes.budget]
@@ -669,7 +671,17 @@ class DDTreeWorker(_WorkerBase):  # type: ignore[misc,valid-type]
 
         def capture(n: int) -> float:
             before = self._free_device_gib()
-            state = build_verify_width_state(runner, n, graph_runner_cls=type(graph_runner))
+            try:
+                state = build_verify_width_state(runner, n, graph_runner_cls=type(graph_runner))
+            except Exception as exc:  # noqa: BLE001 - SGLang's capture: say the way out, keep the cause
+                if str(exc).startswith("DDTREE:"):
+                    raise  # build_verify_width_state's own, which names the way out
+                raise RuntimeError(
+                    f"DDTREE: capturing the target's verify CUDA graphs for budget {n} ({n + 1} tokens "
+                    f"per request) failed: {type(exc).__name__}: {exc}. Serve with "
+                    "--speculative-ddtree-graph-memory 0 (narrower widths then verify eagerly, as "
+                    "revision 11 did) or --disable-cuda-graph."
+                ) from exc
             state.memory_gib = max(0.0, before - self._free_device_gib())
             self._verify_states[n] = state
             return state.memory_gib
