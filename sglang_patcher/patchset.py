@@ -67,10 +67,10 @@ import yaml
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from .applier import ApplyResult, FileChange, HunkReport, apply_series
-from .errors import ConfigError, PatchsetError, UnsupportedVersionError
+from .errors import ConfigError, PatchsetError, SglpatchError, UnsupportedVersionError
 from .manifest import sha256_bytes
 
-__all__ = ["Target", "Checks", "PatchsetSpec", "Patchset", "load_patchset", "available_patchsets",
+__all__ = ["Target", "Checks", "PatchsetSpec", "Patchset", "load_patchset", "withdrawn_reason", "available_patchsets",
            "default_search_path", "FILE_STATES", "FEATURES",
            "BUDGET_SCHEDULE", "BUDGET_SCHEDULE_CHAIN", "BUDGET_AUTO", "BUDGET_SCHEDULE_GRAPHS"]
 
@@ -584,6 +584,19 @@ def load_patchset(name_or_path: str | os.PathLike, *, search: list[Path] | None 
             raise ConfigError(f"{ps.yaml_path}: name is {ps.name!r} but the directory is {text!r}",
                               hint="make `name:` equal to the directory name")
     return ps if revision is None else ps.at_revision(revision)
+
+
+
+def withdrawn_reason(ps: Patchset) -> str | None:
+    """Why revision ``ps.revision`` is withdrawn (the ``withdrawn`` map of ``ps``, or of the newest
+    revision of that patchset here, which speaks for earlier ones), or None."""
+    why = ps.spec.withdrawn.get(ps.revision)
+    if not why:
+        try:
+            why = load_patchset(ps.name).spec.withdrawn.get(ps.revision)
+        except SglpatchError:     # given as a directory of a patchset this checkout does not have
+            why = None
+    return why or None
 
 
 def _load_dir(root: Path, *, origin: str) -> Patchset:

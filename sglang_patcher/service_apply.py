@@ -9,7 +9,7 @@ from typing import Any, Callable, Iterable
 from . import deploy, mirror
 from .errors import CheckFailedError, ConfigError, SglpatchError
 from .inventory import Host
-from .patchset import Patchset, load_patchset
+from .patchset import Patchset, load_patchset, withdrawn_reason
 from .patchset_identity import check_not_an_impostor, check_port_finished
 from .progress import SILENT, Meter
 from .serve.gate import Gate
@@ -89,18 +89,6 @@ def apply_patchset(name: str, host: Host, *, dry_run: bool = False, force: bool 
                                f"revision (nothing was deployed now, so nothing was rolled back)\n{failure}",
                                hint=f"`sglpatch rollback --host {host.name}` takes the revision off")
     return result
-
-
-def withdrawn_reason(ps: Patchset) -> str | None:
-    """Why revision ``ps.revision`` is withdrawn (the ``withdrawn`` map of ``ps``, or of the newest
-    revision of that patchset here, which speaks for earlier ones), or None."""
-    why = ps.spec.withdrawn.get(ps.revision)
-    if not why:
-        try:
-            why = load_patchset(ps.name).spec.withdrawn.get(ps.revision)
-        except SglpatchError:     # given as a directory of a patchset this checkout does not have
-            why = None
-    return why or None
 
 
 def _gate_starts_servers(gate: Gate) -> bool:

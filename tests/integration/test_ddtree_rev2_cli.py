@@ -17,14 +17,20 @@ WORKER = "sglang/srt/speculative/ddtree_worker.py"
 
 
 def test_diff_shows_revision_2_with_the_worker(capsys, sglpatch_home):
+    """Revision 2 is withdrawn (its server cannot start): the diff still shows it (exit 0, as
+    apply deploys an exact pin), and says so — in --json's warnings and on stderr, never in the
+    patch on stdout; revision 1 is not withdrawn and has no warning."""
     code, data, err = run_json(capsys, "diff", "ddtree@2", "--sglang", VERSION)
     assert code == 0, err
     assert data["revision"] == 2
     assert WORKER in data["files"] and SPEC_INFO in data["files"]
     assert "+            return DDTreeWorker" in data["diff"]
+    assert len(data["warnings"]) == 1 and "ddtree r2 is withdrawn: revision 2 cannot serve" in data["warnings"][0]
+    code, out, plain_err = run_cli(capsys, "diff", "ddtree@2", "--sglang", VERSION)
+    assert code == 0 and "withdrawn" in plain_err and "withdrawn" not in out, plain_err
     code, data, err = run_json(capsys, "diff", "ddtree@1", "--sglang", VERSION)
     assert code == 0, err
-    assert data["revision"] == 1 and WORKER not in data["files"]
+    assert data["revision"] == 1 and WORKER not in data["files"] and data["warnings"] == []
 
 
 def test_cli_r1_then_r2_then_rollback_twice_local(capsys, tmp_path, sglpatch_home, local_target):
