@@ -70,7 +70,7 @@ from .applier import ApplyResult, FileChange, HunkReport, apply_series
 from .errors import ConfigError, PatchsetError, SglpatchError, UnsupportedVersionError
 from .manifest import sha256_bytes
 
-__all__ = ["Target", "Checks", "PatchsetSpec", "Patchset", "load_patchset", "withdrawn_reason", "available_patchsets",
+__all__ = ["Target", "Checks", "PatchsetSpec", "Patchset", "load_patchset", "withdrawn_warning", "available_patchsets",
            "default_search_path", "FILE_STATES", "FEATURES",
            "BUDGET_SCHEDULE", "BUDGET_SCHEDULE_CHAIN", "BUDGET_AUTO", "BUDGET_SCHEDULE_GRAPHS"]
 
@@ -586,17 +586,17 @@ def load_patchset(name_or_path: str | os.PathLike, *, search: list[Path] | None 
     return ps if revision is None else ps.at_revision(revision)
 
 
-
-def withdrawn_reason(ps: Patchset) -> str | None:
-    """Why revision ``ps.revision`` is withdrawn (the ``withdrawn`` map of ``ps``, or of the newest
-    revision of that patchset here, which speaks for earlier ones), or None."""
+def withdrawn_warning(ps: Patchset) -> str | None:
+    """The warning "NAME rN is withdrawn: why" when revision ``ps.revision`` is withdrawn (the
+    ``withdrawn`` map of ``ps``, or of the newest revision of that patchset here, which speaks for
+    earlier ones), else None. Said by ``apply`` and ``diff`` of an exact pin."""
     why = ps.spec.withdrawn.get(ps.revision)
     if not why:
         try:
             why = load_patchset(ps.name).spec.withdrawn.get(ps.revision)
         except SglpatchError:     # given as a directory of a patchset this checkout does not have
             why = None
-    return why or None
+    return f"{ps.name} r{ps.revision} is withdrawn: {' '.join(why.split())}" if why else None
 
 
 def _load_dir(root: Path, *, origin: str) -> Patchset:

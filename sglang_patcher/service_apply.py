@@ -9,7 +9,7 @@ from typing import Any, Callable, Iterable
 from . import deploy, mirror
 from .errors import CheckFailedError, ConfigError, SglpatchError
 from .inventory import Host
-from .patchset import Patchset, load_patchset, withdrawn_reason
+from .patchset import Patchset, load_patchset, withdrawn_warning
 from .patchset_identity import check_not_an_impostor, check_port_finished
 from .progress import SILENT, Meter
 from .serve.gate import Gate
@@ -44,8 +44,7 @@ def apply_patchset(name: str, host: Host, *, dry_run: bool = False, force: bool 
                                    features=deployed_features(ps.name, ps.revision), carried=f"{ps.name} r{ps.revision}")
     # an exact pin of a withdrawn revision is deployed, as pip installs a yanked release pinned with
     # ==, but said before the plan and its confirmation, so that the user can still decline
-    why = withdrawn_reason(ps)
-    withdrawn = f"{ps.name} r{ps.revision} is withdrawn: {' '.join(why.split())}" if why else None
+    withdrawn = withdrawn_warning(ps)
     if withdrawn:
         log(f"warning: {withdrawn}")
     with session(host) as (transport, info):

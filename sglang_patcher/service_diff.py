@@ -15,7 +15,7 @@ from . import deploy, mirror
 from .deploy.pristine import ABSENT
 from .errors import DriftError, SglpatchError
 from .inventory import Host
-from .patchset import Patchset, load_patchset, withdrawn_reason
+from .patchset import Patchset, load_patchset, withdrawn_warning
 from .progress import SILENT, Meter
 from .service import Log, quiet, session
 
@@ -33,7 +33,7 @@ class DiffReport:
     full: bool = True  # False: a diffstat instead of the whole diff (the demo's view)
     drifted: list[str] = field(default_factory=list)  # host files apply would refuse (diff --host)
     host_plan: str | None = None  # diff --host: what apply would do (DeployPlan.kind)
-    withdrawn: str | None = None  # why this revision is withdrawn (patchset.yaml), None: it is not
+    withdrawn: str | None = None  # "NAME rN is withdrawn: why" (patchset.yaml), None: it is not
 
     @property
     def uncropped(self) -> bool:
@@ -80,15 +80,12 @@ class DiffReport:
             "drifted": list(self.drifted),
             "left_out": list(self.patchset.target(self.version).left_out),
             "host_plan": self.host_plan,
-            "warnings": [self.withdrawn_warning()] if self.withdrawn else [],
+            "warnings": [self.withdrawn] if self.withdrawn else [],
             "diff": self.result.diff_text(),
             # drift: the diff is shown, but apply would refuse (the command exits with DriftError's code)
             "ok": not self.drifted,
             **({"exit_code": DriftError.exit_code} if self.drifted else {}),
         }
-
-    def withdrawn_warning(self) -> str:
-        return (f"{self.patchset.name} r{self.patchset.revision} is withdrawn: {' '.join((self.withdrawn or '').split())}")
 
     def summary(self) -> Group:
         """What the diff is (patchset, revision, release, source, counts), its hunks applied at an
@@ -102,7 +99,7 @@ class DiffReport:
         offsets = [h for h in self.result.hunks if h.status != "applied"]
         parts: list[Any] = [head]
         if self.withdrawn:
-            parts.append(Text(f"  warning: {self.withdrawn_warning()}", style="bold red"))
+            parts.append(Text(f"  warning: {self.withdrawn}", style="bold red"))
         for h in offsets:
             parts.append(Text(f"  {h.status}: {h.path} hunk {h.index} ({h.patch})"
                               + (f", offset {h.offset_lines:+d} lines" if h.offset_lines else ""),
@@ -156,7 +153,7 @@ def diff_patchset(name: str, *, host: Host | None = None, version: str | None = 
         log(f"pristine tree: sglang=={version} from the PyPI wheel (downloaded once, then cached)")
         tree = pristine_tree(version, home=home, log=log, meter=meter)
         return DiffReport(ps, version, f"wheel sglang=={version}", ps.render(version, tree.read),
-                          withdrawn=withdrawn_reason(ps))
+                          withdrawn=withdrawn_warning(ps))
     with session(host) as (transport, info):
         version = str(info.sglang_version)
         ps.target(version)
@@ -170,4 +167,4 @@ def diff_patchset(name: str, *, host: Host | None = None, version: str | None = 
         return DiffReport(ps, version, f"host {host.name} (pristine bytes from the {via}; {new} file(s) "
                           "the release does not have)" if new else f"host {host.name} (pristine bytes from the {via})",
                           plan.result,
-                          drifted=plan.drifted, host_plan=plan.kind, withdrawn=withdrawn_reason(ps))
+                          drifted=plan.drifted, host_plan=plan.kind, withdrawn=withdrawn_warning(ps))
