@@ -72,7 +72,8 @@ from .manifest import sha256_bytes
 
 __all__ = ["Target", "Checks", "PatchsetSpec", "Patchset", "load_patchset", "withdrawn_warning", "available_patchsets",
            "default_search_path", "FILE_STATES", "FEATURES",
-           "BUDGET_SCHEDULE", "BUDGET_SCHEDULE_CHAIN", "BUDGET_AUTO", "BUDGET_SCHEDULE_GRAPHS"]
+           "BUDGET_SCHEDULE", "BUDGET_SCHEDULE_CHAIN", "BUDGET_AUTO", "BUDGET_SCHEDULE_GRAPHS",
+           "BUDGET_AUTO_DEFAULT"]
 
 Reader = Callable[[str], "bytes | None"]
 
@@ -82,6 +83,7 @@ BUDGET_SCHEDULE = "budget_schedule"
 BUDGET_SCHEDULE_CHAIN = "budget_schedule_chain"
 BUDGET_AUTO = "budget_auto"
 BUDGET_SCHEDULE_GRAPHS = "budget_schedule_graphs"
+BUDGET_AUTO_DEFAULT = "budget_auto_default"
 #: The capabilities sglpatch asks a deployed revision about (``features:`` in patchset.yaml).
 FEATURES = {
     BUDGET_SCHEDULE: "DDTREE takes a budget by running batch size (--speculative-ddtree-budget-schedule)",
@@ -89,6 +91,8 @@ FEATURES = {
     BUDGET_AUTO: "the schedule 'auto': the worker chooses each step's budget from its own measurements",
     BUDGET_SCHEDULE_GRAPHS: "several verify widths beside the target's CUDA graphs (the captured width "
                             "replays, the others verify eagerly)",
+    BUDGET_AUTO_DEFAULT: "an unset schedule means auto; the schedule 'fixed' keeps every step at the "
+                         "server's budget",
 }
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")

@@ -12,7 +12,8 @@ from .inventory import Host
 from .serve.bench import Arm as BenchArm, BenchRun, last_comparable, plot, run_bench, store
 from .serve.check import load_prompts
 from .serve.profile import PROFILE_SCHEDULE, ServeProfile
-from .serve.schedule import AUTO, is_auto
+from .patchset import BUDGET_AUTO_DEFAULT
+from .serve.schedule import AUTO, FIXED, is_auto
 from .serve.schedule_support import refuse_unservable_schedule
 from .serve.server import check_model_paths
 from .service import Log, quiet, session
@@ -69,14 +70,16 @@ def bench_host(host: Host, *, arms: Sequence[str] = ("none", "DFLASH", "DDTREE")
     arm_list = [BenchArm(a) for a in arms if a != "DDTREE"]
     if "DDTREE" in arms:
         arm_list += _ddtree_arms(host, profile, list(budgets or cfg.budgets), sweep=sweep, log=log)
-    schedules = sorted({a.schedule for a in arm_list if a.schedule})
     texts = load_prompts(prompts)
     with session(host) as (transport, info):
         check_model_paths(transport, host, profile, draft=any(a != "none" for a in arms))
         active = deploy.host_status(transport, host, info, None).active
         ps = (str(active[-1]["patchset"]), int(active[-1]["revision"])) if active else None
-        for sched in schedules:
-            refuse_unservable_schedule(host, profile, sched, features=deployed_features(*(ps or (None, None))),
+        features = deployed_features(*(ps or (None, None)))
+        # a fixed budget is said as `fixed` where an unset schedule is auto (revision 13 on)
+        arm_list = [a.for_revision(BUDGET_AUTO_DEFAULT in features) for a in arm_list]
+        for sched in sorted({a.schedule for a in arm_list if a.schedule}):
+            refuse_unservable_schedule(host, profile, sched, features=features,
                                        carried=f"{ps[0]} r{ps[1]}" if ps else "no sglpatch deployment")
         run = run_bench(transport, host, info, arm_list, conc, texts,
                         requests=requests or cfg.requests, max_new_tokens=max_new_tokens or cfg.max_new_tokens,
@@ -98,9 +101,13 @@ def _ddtree_arms(host: Host, profile: ServeProfile, budgets: list[int | str], *,
     profile's budget schedule as served, else its fixed budget; a sweep measures fixed budgets).
     Raises ConfigError for ``schedule`` on a profile without one."""
     schedule = profile.ddtree.budget_schedule
+    if not budgets and not sweep:
+        # DDTREE as served: the profile's schedule, else the server's default (auto from ddtree
+        # revision 13 on, the fixed budget before: Arm.for_revision tells once it is known)
+        return [BenchArm("DDTREE", profile.ddtree.budget, profile.ddtree.topk, schedule)]
     if not budgets:
-        budgets = [PROFILE_SCHEDULE] if schedule is not None and not sweep else [profile.ddtree.budget]
-    elif schedule is not None and PROFILE_SCHEDULE not in budgets and not sweep:
+        budgets = [profile.ddtree.budget]
+    elif schedule is not None and schedule != FIXED and PROFILE_SCHEDULE not in budgets and not sweep:
         # said, not silently dropped: the host serves DDTREE with its schedule, these arms do not
         log(f"{host.name}: the DDTREE arm(s) run fixed budgets {', '.join(map(str, budgets))}; the profile "
             f"serves DDTREE with budget_schedule {schedule!r} — add `schedule` to --budgets to measure it too")
@@ -116,7 +123,7 @@ def _ddtree_arms(host: Host, profile: ServeProfile, budgets: list[int | str], *,
         elif is_auto(b):
             arm = BenchArm("DDTREE", profile.ddtree.budget, profile.ddtree.topk, AUTO)
         else:
-            arm = BenchArm("DDTREE", int(b), profile.ddtree.topk)
+            arm = BenchArm("DDTREE", int(b), profile.ddtree.topk, FIXED)
         if arm not in out:   # `auto,schedule` on a profile whose schedule is auto: one arm
             out.append(arm)
     return out

@@ -12,7 +12,7 @@ from .errors import ConfigError
 from .inventory import Host
 from .patchset import load_patchset
 from .serve.check import CheckRun, load_prompts, run_serving_levels
-from .serve.schedule_support import refuse_unservable_schedule
+from .serve.schedule_support import refuse_unservable_schedule, served_profile
 from .service_sweep import deployed_features
 from .serve.server import check_model_paths, list_servers, stop_server
 from .service import Log, quiet, session
@@ -75,7 +75,9 @@ def check_host(host: Host, *, level: int | None = None, prompts: str | Path | No
                                              "would test the release as it is (apply a patchset first)"))
             return CheckRun(report, level)
         if level >= 2:
-            return run_serving_levels(transport, host, info, report, level, texts, progress=log)
+            features = deployed_features(str(active[-1]["patchset"]), int(active[-1]["revision"]))
+            return run_serving_levels(transport, host, info, report, level, texts, progress=log,
+                                      profile=served_profile(host.serve, features) if host.serve else None)
         return CheckRun(report, level)
 
 

@@ -20,7 +20,7 @@ import json
 import statistics
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +29,7 @@ from ..inventory import Host
 from ..state import sglpatch_home
 from ..transport.base import Transport
 from .profile import DDTreeSettings, ServeProfile
-from .schedule import AUTO, CHAIN, Entry
+from .schedule import AUTO, CHAIN, FIXED, Entry
 from .server import Progress, RemoteServer, launch_argv
 
 HISTORY = "bench/history.jsonl"
@@ -38,21 +38,44 @@ HISTORY = "bench/history.jsonl"
 @dataclass(frozen=True)
 class Arm:
     """One server configuration: ``algorithm`` none | DFLASH | DDTREE (with ``budget``/``topk``;
-    ``schedule`` "auto": the worker's own planner chooses each step's budget up to ``budget``;
-    a table "1:32,16:chain": the budget by running batch size, clamped at ``budget``)."""
+    ``schedule`` "fixed": every step at ``budget``; "auto": the worker's own planner chooses each
+    step's budget up to ``budget``; a table "1:32,16:chain": the budget by running batch size,
+    clamped at ``budget``; None: the server's default — ``default_auto`` says which it is, once
+    :meth:`for_revision` has seen the deployed revision: auto from ddtree revision 13 on, the
+    fixed budget before)."""
 
     algorithm: str
     budget: int | None = None
     topk: int | None = None
     schedule: str | None = None
+    default_auto: bool = False
 
     @property
     def label(self) -> str:
         if self.algorithm != "DDTREE":
             return "target" if self.algorithm == "none" else self.algorithm
-        size = (f"auto<={self.budget}" if self.schedule == AUTO else
-                f"schedule {self.schedule} (<=n{self.budget})" if self.schedule else f"n{self.budget}")
+        size = (f"auto<={self.budget}" if self.schedule == AUTO or self.default_auto else
+                f"schedule {self.schedule} (<=n{self.budget})" if self.schedule and self.schedule != FIXED
+                else f"n{self.budget}")
         return f"DDTREE {size}" + (f" k{self.topk}" if self.topk else "")
+
+    @property
+    def row_schedule(self) -> str | None:
+        """The schedule its rows record: "auto" (asked for or the default), a table, or None for
+        a fixed budget (what ``choose_schedule`` picks among)."""
+        return AUTO if self.default_auto else None if self.schedule == FIXED else self.schedule
+
+    def for_revision(self, auto_default: bool) -> "Arm":
+        """This arm as a ddtree revision reads it: ``auto_default`` (feature ``budget_auto_default``,
+        revision 13 on: an unset schedule is auto) keeps ``fixed`` and marks an unset schedule as
+        auto; before it ``fixed`` is left out (unset is the fixed budget there)."""
+        if self.algorithm != "DDTREE":
+            return self
+        if self.schedule == FIXED and not auto_default:
+            return replace(self, schedule=None)
+        if self.schedule is None:
+            return replace(self, default_auto=auto_default)
+        return self
 
     def ddtree(self) -> DDTreeSettings | None:
         if self.algorithm != "DDTREE":
@@ -177,7 +200,7 @@ def summarize(arm: Arm, concurrency: int, results: list[dict[str, Any]], wall_s:
            if r.get("meta_info", {}).get("spec_accept_length")]
     return Row(arm.label, arm.algorithm, arm.budget, concurrency, len(results), tokens,
                tokens / wall_s if wall_s > 0 else 0.0, _median(tpot), _median(ttft), _median(acc) if acc else None,
-               failed=len(results) - len(ok), schedule=arm.schedule)
+               failed=len(results) - len(ok), schedule=arm.row_schedule)
 
 
 def requests_for(prompts: Sequence[str], n: int, max_new_tokens: int) -> list[dict[str, Any]]:
@@ -218,7 +241,7 @@ def measure_arm(transport: Transport, host: Host, info: HostInfo, profile: Serve
                                 int(rec.get("total_output_tokens") or 0), float(rec.get("output_throughput") or 0.0),
                                 rec.get("median_tpot_ms"), rec.get("median_ttft_ms"),
                                 (rec.get("accept_length") or None) if arm.algorithm != "none" else None,
-                                failed=requests - done, schedule=arm.schedule))
+                                failed=requests - done, schedule=arm.row_schedule))
                 continue
             results, wall = server.stream(requests_for(prompts, requests, max_new_tokens), c)
             failed = [r for r in results if "error" in r]
@@ -282,7 +305,7 @@ def run_bench(transport: Transport, host: Host, info: HostInfo, arms: Sequence[A
             statistics.median(x.tok_s for x in rows),
             _median([x.tpot_ms for x in rows if x.tpot_ms is not None]),
             _median([x.ttft_ms for x in rows if x.ttft_ms is not None]),
-            _median([x.accept_length for x in rows if x.accept_length is not None]), schedule=arm.schedule)
+            _median([x.accept_length for x in rows if x.accept_length is not None]), schedule=arm.row_schedule)
         run.rows.append(med)
     run.seconds = time.monotonic() - t0
     return run

@@ -232,10 +232,12 @@ class CheckRun:
 
 
 def run_serving_levels(transport: Transport, host: Host, info: HostInfo, report: CheckReport,
-                       level: int, prompts: Sequence[str], progress: Progress | None = None) -> CheckRun:
-    """Add L2 (level >= 2) and L3 (level 3) to ``report``. Raises ConfigError when the host has no
-    serve profile."""
-    profile = host.serve
+                       level: int, prompts: Sequence[str], progress: Progress | None = None,
+                       profile: ServeProfile | None = None) -> CheckRun:
+    """Add L2 (level >= 2) and L3 (level 3) to ``report``, with ``profile`` (default: the host's
+    serve profile; ``schedule_support.served_profile`` gives it as the deployed revision reads
+    it). Raises ConfigError when the host has no serve profile."""
+    profile = profile or host.serve
     if profile is None:
         raise ConfigError(f"host {host.name} has no serve profile: check level {level} starts a server",
                           hint=f"add `serve:` (model, draft_model, args...) to {host.name} in the "

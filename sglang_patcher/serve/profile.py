@@ -26,7 +26,7 @@ import re
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from .schedule import AUTO, is_auto, parse_entries, schedule_text
+from .schedule import AUTO, FIXED, is_auto, is_fixed, parse_entries, schedule_text
 
 _PORTS = re.compile(r"^\s*(\d+)\s*(?:-\s*(\d+)\s*)?$")
 _ENTRY = re.compile(r"^\s*\d+\s*:\s*(\d+|chain)\s*$", re.IGNORECASE)  # one BATCH:BUDGET of a schedule
@@ -43,7 +43,9 @@ class DDTreeSettings(BaseModel):
     # budget by running batch size, "BATCH:BUDGET,..." with BUDGET a number or chain (DFlash's own
     # step at that batch size; ddtree revision 4), written by `sglpatch bench --sweep`; the
     # server's grammar (serve/schedule.py), kept as its normal text (sorted, lower case, no spaces);
-    # or "auto" (ddtree revision 7): the worker's planner chooses each step's budget up to `budget`
+    # or "auto" (ddtree revision 7): the worker's planner chooses each step's budget up to `budget`;
+    # or "fixed" (revision 13): every step at `budget`. Unset: the server's default — fixed before
+    # revision 13, auto from it on (where `budget` is at least the draft's block size - 1)
     budget_schedule: str | None = None
 
     @model_validator(mode="before")
@@ -80,10 +82,12 @@ class DDTreeSettings(BaseModel):
             return v
         if is_auto(v):
             return AUTO
+        if is_fixed(v):
+            return FIXED
         try:
             return schedule_text(parse_entries(v))
         except ValueError as exc:
-            raise ValueError(f"budget_schedule must be BATCH:BUDGET pairs like '1:64,4:16,16:chain' or auto, "
+            raise ValueError(f"budget_schedule must be BATCH:BUDGET pairs like '1:64,4:16,16:chain', auto or fixed, "
                              f"got {v!r}: {exc}") from None
 
     def flags(self) -> list[str]:

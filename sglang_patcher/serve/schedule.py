@@ -16,9 +16,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from patchsets.ddtree.modules.ddtree_budget import AUTO, CHAIN, BudgetSchedule, is_auto, parse_schedule
+from patchsets.ddtree.modules.ddtree_budget import AUTO, CHAIN, FIXED, BudgetSchedule, is_auto, parse_schedule
 
-__all__ = ["AUTO", "CHAIN", "Entry", "is_auto", "parse_entries", "schedule_text"]
+__all__ = ["AUTO", "CHAIN", "FIXED", "Entry", "is_auto", "is_fixed", "parse_entries", "schedule_text"]
 
 #: (batch size >= 1, budget >= 1 or ``CHAIN``): one schedule entry, budget in tree nodes per request.
 Entry = tuple[int, int]
@@ -27,6 +27,12 @@ Entry = tuple[int, int]
 # --speculative-ddtree-budget) at every step; the entries sglpatch reads and writes are the schedule
 # as written, unclamped, so these bounds only satisfy BudgetSchedule's constructor.
 _FLOOR = _CEILING = 1
+
+
+def is_fixed(text: object) -> bool:
+    """Whether a schedule value is ``fixed``: every step at the server's budget (the server reads it
+    from ddtree revision 13 on, where an unset schedule means ``auto``)."""
+    return isinstance(text, str) and text.strip().lower() == FIXED
 
 
 def parse_entries(text: str) -> tuple[Entry, ...]:

@@ -2,7 +2,8 @@
 
 A profile's ``serve.ddtree.budget_schedule`` (or ``bench``'s ``auto`` arm) reaches the server as
 ``--speculative-ddtree-budget-schedule``. The server refuses what the deployed ddtree revision
-cannot run — a schedule before revision 3, ``chain`` entries before 4, ``auto`` before 7 — and,
+cannot run — a schedule before revision 3, ``chain`` entries before 4, ``auto`` before 7,
+— and,
 before revision 9 (feature ``budget_schedule_graphs``), a schedule of several verify widths
 (``auto`` and any ``chain`` entry included), or of one width other than the server budget's,
 while the target's CUDA graphs are captured (at the server budget's width). From revision 9 the
@@ -22,11 +23,21 @@ from dataclasses import dataclass
 
 from ..errors import ConfigError
 from ..inventory import Host
-from ..patchset import BUDGET_AUTO, BUDGET_SCHEDULE, BUDGET_SCHEDULE_CHAIN, BUDGET_SCHEDULE_GRAPHS
+from ..patchset import (BUDGET_AUTO, BUDGET_AUTO_DEFAULT, BUDGET_SCHEDULE, BUDGET_SCHEDULE_CHAIN,
+                         BUDGET_SCHEDULE_GRAPHS)
 from .profile import ServeProfile
-from .schedule import CHAIN, is_auto, parse_entries
+from .schedule import CHAIN, is_auto, is_fixed, parse_entries
 
-__all__ = ["ScheduleRefusal", "refuse_unservable_schedule", "schedule_refusal"]
+__all__ = ["ScheduleRefusal", "refuse_unservable_schedule", "schedule_refusal", "served_profile"]
+
+
+def served_profile(profile: ServeProfile, features: Collection[str]) -> ServeProfile:
+    """``profile`` as the deployed revision (its ``features``) reads it: a ``fixed`` schedule is
+    left out before ddtree revision 13 (``budget_auto_default``), which has no such word and keeps
+    every step at the budget when the schedule is unset. Any other profile comes back as is."""
+    if not is_fixed(profile.ddtree.budget_schedule) or BUDGET_AUTO_DEFAULT in features:
+        return profile
+    return profile.model_copy(update={"ddtree": profile.ddtree.model_copy(update={"budget_schedule": None})})
 
 
 @dataclass(frozen=True)
@@ -55,6 +66,8 @@ def schedule_refusal(host: Host, profile: ServeProfile, schedule: str | None, *,
     where = f"serve.ddtree.budget_schedule of host {host.name} in {host.inventory_file}"
     if is_auto(schedule):
         need, what, off_width = BUDGET_AUTO, "auto budget planner (ddtree revision 7 on)", "several widths"
+    elif is_fixed(schedule):
+        return None     # every revision serves it: before 13 sglpatch leaves it out (served_profile)
     else:
         entries = parse_entries(schedule)
         top = profile.ddtree.budget if budget is None else budget

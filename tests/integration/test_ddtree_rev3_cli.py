@@ -28,7 +28,7 @@ KERNELS_R3 = "sglang/srt/speculative/ddtree_kernels.py"    # revision 3's kernel
 KERNELS_R4 = [f"sglang/kernels/ops/speculative/ddtree_{m}.py"    # revision 4's, by pipeline stage
               for m in ("keys", "prep", "beam", "verify_inputs", "walk")]
 INFO = "sglang/srt/speculative/ddtree_info.py"
-CURRENT = 12
+CURRENT = 13
 PREP = "sglang/kernels/ops/speculative/ddtree_prep.py"
 
 
@@ -147,7 +147,7 @@ R11_SGLANG = {"sglang/srt/layers/attention/triton_backend.py"}
 VERIFY_ATTN = "sglang/kernels/ops/speculative/ddtree_verify_attention.py"
 
 
-@pytest.mark.parametrize("old", [4, 6, 11])
+@pytest.mark.parametrize("old", [4, 6, 12])
 def test_cli_older_revision_then_current_pushes_the_adapted_modules_only_then_rollback(
         capsys, tmp_path, sglpatch_home, local_target, old):
     """Revisions 5 and 6 add SGLang releases (0.5.22, 0.5.21); on 0.5.23 each changes only the

@@ -26,6 +26,8 @@ class Arm:
                                    # running batch shrinks as requests finish
 
 
+FIXED = (("speculative_ddtree_budget_schedule", "fixed"),)   # every step at the budget (unset: auto)
+
 # block-4 draft of the trained fixture: budgets B - 1 and larger than the block, the non-overlap
 # scheduler, a budget schedule, auto, chain steps; the block-8 draft: a budget of 3B with top-k
 # below it. (Budget 1, a tree narrower than DFlash's block, is left to the unit and GPU tests of the
@@ -33,32 +35,32 @@ class Arm:
 TRAINED_ARMS = (
     Arm("target", ragged=True),
     Arm("dflash-b4", "DFLASH", 4, sampled=True),
-    Arm("ddtree-b4-n8", "DDTREE", 4, (("speculative_ddtree_budget", 8),), sampled=True),
+    Arm("ddtree-b4-n8", "DDTREE", 4, (("speculative_ddtree_budget", 8),) + FIXED, sampled=True),
     # B - 1 nodes (DFlash's verify width) under the non-overlap scheduler: one engine for both
     Arm("ddtree-b4-n3-nooverlap", "DDTREE", 4, (("speculative_ddtree_budget", 3),
-                                                ("disable_overlap_schedule", True))),
+                                                ("disable_overlap_schedule", True)) + FIXED),
     # budget by batch: 16 nodes alone, DFlash's own step (chain) at 2-3 requests, 8 nodes from 4.
     # The ragged phase's batch shrinks 5 -> 1, so its requests go tree -> chain -> tree.
     Arm("ddtree-b4-sched", "DDTREE", 4, (("speculative_ddtree_budget", 16),
                                          ("speculative_ddtree_budget_schedule", "1:16,2:chain,4:8")), ragged=True),
-    # auto: the worker's online planner picks chain, 3, 7, 15 or 16 nodes per step as it measures;
-    # its exploration changes the width step by step, and the ragged phase's batch shrinks 5 -> 1
-    # (log level info: the test reads the worker's "first step at batch ..." lines)
+    # auto, the default from revision 13 (no schedule given): the worker's online planner picks
+    # chain, 3, 7, 15 or 16 nodes per step as it measures; its exploration changes the width step
+    # by step, and the ragged phase's batch shrinks 5 -> 1 (log level info: the test reads the
+    # worker's "first step at batch ..." lines)
     Arm("ddtree-b4-auto", "DDTREE", 4, (("speculative_ddtree_budget", 16),
-                                        ("speculative_ddtree_budget_schedule", "auto"),
                                         ("log_level", "info")), ragged=True),
     # chain steps only: DFlash's own step inside the DDTREE worker (accept lengths equal DFLASH's)
     Arm("ddtree-b4-chain", "DDTREE", 4, (("speculative_ddtree_budget", 8),
                                          ("speculative_ddtree_budget_schedule", "1:chain"))),
     Arm("ddtree-b8-n24-k4", "DDTREE", 8, (("speculative_ddtree_budget", 24),
-                                          ("speculative_ddtree_topk", 4))),
+                                          ("speculative_ddtree_topk", 4)) + FIXED),
 )
 # random weights: output depends on attention and the KV cache; the draft is almost never right
 # (DFLASH's chain is the trained fixture's control; here a tree of B - 1 nodes stands for it).
 RANDOM_ARMS = (
     Arm("target"),
-    Arm("ddtree-b4-n3", "DDTREE", 4, (("speculative_ddtree_budget", 3),)),
-    Arm("ddtree-b4-n32", "DDTREE", 4, (("speculative_ddtree_budget", 32),)),
+    Arm("ddtree-b4-n3", "DDTREE", 4, (("speculative_ddtree_budget", 3),) + FIXED),
+    Arm("ddtree-b4-n32", "DDTREE", 4, (("speculative_ddtree_budget", 32),) + FIXED),
 )
 ARMS = {"trained": TRAINED_ARMS, "random": RANDOM_ARMS}
 NEW_TOKENS = {"trained": 16, "random": 16}

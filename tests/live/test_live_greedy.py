@@ -47,7 +47,8 @@ def test_budget_schedule_follows_the_shrinking_batch(greedy_runs) -> None:
 
 
 def test_auto_budget_changes_width_with_the_batch_and_keeps_the_tokens(greedy_runs) -> None:
-    """``--speculative-ddtree-budget-schedule auto``: the worker's planner chooses each step's
+    """``auto``, the default from revision 13 (the engine is started without
+    ``--speculative-ddtree-budget-schedule``): the worker's planner chooses each step's
     budget (chain, 3, 7, 15 or 16 nodes) from its own step times and accept lengths. Single
     requests, five at once and the ragged five (the batch shrinks 5 -> 1) must give the target's
     tokens, while the worker's log shows it ran steps of several widths at several batch sizes,
@@ -64,7 +65,7 @@ def test_auto_budget_changes_width_with_the_batch_and_keeps_the_tokens(greedy_ru
     buckets = {b for b, _ in tried}
     assert "DFlash's chain" in widths and len(widths) >= 3, sorted(tried)
     assert {"1", "4"} <= buckets, sorted(tried)
-    assert "auto over chain,3,7,15,16" in run.log, run.log[-3000:]
+    assert "budget_schedule=auto over chain,3,7,15,16 (unset: the default)" in run.log, run.log[-3000:]
     # revision 12: each narrower tree width verified on a target backend of its own, built for its
     # width through SGLang's scoped spec-config override (no CUDA graphs here: backends only)
     assert ("target verify states of their own for budgets [3: 4 tokens/request, eager, "

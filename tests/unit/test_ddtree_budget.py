@@ -313,3 +313,78 @@ def test_graph_widths_stay_within_the_bound_when_cost_follows_width(budgets, per
         assert plan.used_gib <= bound + 1e-9
     else:
         assert len(got) <= 1
+
+
+# -- revision 13: auto as the default -------------------------------------------------------------
+from patchsets.ddtree.modules.ddtree_budget import (  # noqa: E402
+    AUTO,
+    FIXED,
+    GraphCaptureFailed,
+    auto_candidates,
+    schedule_source,
+)
+
+
+@pytest.mark.parametrize(("text", "budget", "want"), [
+    (None, 16, AUTO), ("", 16, AUTO), ("  ", 3, AUTO),       # unset: auto from the floor (3) up
+    (None, 2, None),                                         # below the floor: nothing to choose
+    ("fixed", 16, None), (" FIXED ", 2, None),
+    ("auto", 16, AUTO), ("Auto", 2, AUTO),                   # asked by name: the worker refuses it
+    ("1:8,4:chain", 16, "1:8,4:chain"), ("/x/s.json", 16, "/x/s.json"),
+])
+def test_an_unset_schedule_means_auto_where_it_can_run(text, budget, want):
+    assert schedule_source(text, budget=budget, floor=3) == want
+
+
+def test_fixed_and_auto_are_not_tables():
+    for word in ("fixed", "auto", " Fixed"):
+        with pytest.raises(ValueError, match="is not a budget table"):
+            load_schedule(word, floor=3, ceiling=16)
+    assert FIXED == "fixed"
+
+
+def test_auto_without_chain_never_chooses_it_and_one_candidate_is_enough():
+    """Beside CUDA graphs at budget B - 1 a chain step cannot run (its width is the captured one,
+    with the tree mask): the planner is built without it. With the floor alone it has one budget
+    to run, re-exploration included (it used to step past the end of its candidates)."""
+    assert auto_candidates(3, 16, chain=False) == (3, 7, 15, 16)
+    assert auto_candidates(3, 16) == (CHAIN, 3, 7, 15, 16)               # control
+    p = AutoBudgetPlanner(3, 3, chain=False, reexplore_every=2)
+    for _ in range(50):
+        n = p.choose(4)
+        assert n == 3
+        p.record_time(4, n, 0.01)
+        p.record_accept(n, 2.0)
+    q = AutoBudgetPlanner(3, 16, chain=False, min_samples=1)
+    chosen = set()
+    for i in range(300):
+        n = q.choose(8)
+        chosen.add(n)
+        q.record_time(8, n, 0.01 * (1 + (n + 1) / 16))
+        q.record_accept(n, 1.0 + 0.5 * math.log2(n + 1))
+    assert CHAIN not in chosen and chosen <= {3, 7, 15, 16}
+
+
+def test_graph_widths_a_failed_capture_leaves_it_and_the_wider_ones_eager():
+    calls = []
+
+    def capture(n):
+        calls.append(n)
+        if n == 7:
+            raise GraphCaptureFailed("OutOfMemoryError: CUDA out of memory")
+        return 0.01
+
+    plan = plan_graph_widths([3, 7, 15, 31], capture, bound_gib=2.0)
+    assert calls == [3, 7]                                   # nothing wider is tried
+    assert plan.captured == ((3, 0.01),) and plan.skipped == (15, 31)
+    assert plan.failed == ((7, "OutOfMemoryError: CUDA out of memory"),)
+    line = plan.describe()
+    assert "after a failed capture" in line and "capture failed, verified eagerly: 7 (OutOfMemoryError" in line
+    ok = plan_graph_widths([3, 7], lambda n: 0.01, bound_gib=2.0)
+    assert ok.failed == () and "failed" not in ok.describe()   # control
+
+    def broken(n):
+        raise RuntimeError("not a capture failure")           # anything else still propagates
+
+    with pytest.raises(RuntimeError, match="not a capture failure"):
+        plan_graph_widths([3], broken, bound_gib=2.0)

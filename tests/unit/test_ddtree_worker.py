@@ -308,3 +308,67 @@ def test_draft_head_topk_over_real_process_groups_equals_dense(world):
         assert torch.equal(got_ids, ids[0])
         assert torch.equal(values, torch.gather(dense.float(), 1, ids[0]))
         assert torch.allclose(got_lse, lse[0], atol=1e-4, rtol=0)
+
+
+# -- revision 13: auto by default ------------------------------------------------------------------
+def test_auto_at_budget_b_minus_1_beside_graphs_drops_the_chain_instead_of_refusing():
+    """auto is the default from revision 13, and budget B - 1 with CUDA graphs a valid server: the
+    planner drops chain steps (their width is the captured one) rather than stopping the start;
+    without graphs, or at a wider budget, it keeps them."""
+    from types import SimpleNamespace
+
+    from patchsets.ddtree.modules.ddtree_budget import CHAIN, AutoBudgetPlanner
+    from patchsets.ddtree.modules.ddtree_info import DDTreeSizes
+
+    def worker(budget):
+        return SimpleNamespace(budget_planner=AutoBudgetPlanner(3, budget), ddtree_sizes=DDTreeSizes(4, budget, budget),
+                               _ddtree_tp_rank=1)
+
+    w = worker(3)
+    Wk.DDTreeWorker._auto_without_chain_beside_graphs(w, _StandInGraphRunner(4))
+    assert w.budget_planner.candidates == (3,)
+    assert Wk.check_widths_beside_graphs(None, _StandInGraphRunner(4), w.budget_planner, block_size=4) == []
+    eager = worker(3)
+    Wk.DDTreeWorker._auto_without_chain_beside_graphs(eager, None)               # no graphs: chain kept
+    assert CHAIN in eager.budget_planner.candidates
+    wide = worker(16)
+    Wk.DDTreeWorker._auto_without_chain_beside_graphs(wide, _StandInGraphRunner(17))
+    assert CHAIN in wide.budget_planner.candidates                               # chain's width is not captured
+
+
+def test_a_failed_width_capture_is_eager_on_tp1_and_stops_a_tp2_start(monkeypatch):
+    """A narrower width's verify graphs fail to capture (stand-ins: SGLang's spec config and graph
+    runner need a GPU server). TP 1: that width and the wider ones verify eagerly, the start goes
+    on; TP 2: the start stops naming the way out (the ranks must capture alike)."""
+    import sys
+    from types import ModuleType, SimpleNamespace
+
+    ctx = ModuleType("sglang.srt.runtime_context")
+    ctx.get_spec = lambda: SimpleNamespace(speculative_ddtree_graph_memory=2.0)
+    for name in ("sglang", "sglang.srt"):
+        monkeypatch.setitem(sys.modules, name, sys.modules.get(name) or ModuleType(name))
+    monkeypatch.setitem(sys.modules, "sglang.srt.runtime_context", ctx)
+    built = []
+
+    def build(runner, n, graph_runner_cls=None):
+        built.append(n)
+        if n == 7:
+            raise RuntimeError("CUDA error: out of memory")
+        return Wk.VerifyWidthState(n, n + 1, object(), object())
+
+    monkeypatch.setattr(Wk, "build_verify_width_state", build)
+
+    def worker(tp):
+        return SimpleNamespace(_tree_budgets=lambda: [3, 7, 15, 16], ddtree_sizes=SimpleNamespace(budget=16),
+                               target_worker=SimpleNamespace(model_runner=object()), _free_device_gib=lambda: 10.0,
+                               _tp_size=tp, _verify_states={}, graph_width_plan=None)
+
+    w = worker(1)
+    Wk.DDTreeWorker._build_verify_states(w, _StandInGraphRunner(17))
+    assert built == [3, 7] and sorted(w._verify_states) == [3]
+    assert w.graph_width_plan.failed == ((7, "RuntimeError: CUDA error: out of memory"),)
+    assert w.graph_width_plan.skipped == (15,)
+    built.clear()
+    with pytest.raises(RuntimeError, match="--speculative-ddtree-graph-memory 0"):
+        Wk.DDTreeWorker._build_verify_states(worker(2), _StandInGraphRunner(17))
+    assert built == [3, 7]

@@ -321,7 +321,7 @@ def test_features_are_on_from_their_first_revision_and_speak_for_frozen_ones(tmp
 
 
 @pytest.mark.parametrize("features,says", [
-    ("{budget_shedule: 1}", "unknown feature(s) budget_shedule: sglpatch knows budget_auto, budget_schedule, budget_schedule_chain"),
+    ("{budget_shedule: 1}", "unknown feature(s) budget_shedule: sglpatch knows budget_auto, budget_auto_default, budget_schedule, budget_schedule_chain"),
     ("{budget_schedule: 2}", "budget_schedule: 2: a feature's revision (the first that has it) must be one of 1..1"),
     ("{budget_schedule: 0}", "must be one of 1..1"),
 ])
@@ -341,7 +341,8 @@ def test_ddtree_declares_its_budget_schedule_features_by_revision():
     assert ps.features_at(7) == {"budget_schedule", "budget_schedule_chain", "budget_auto"}
     assert ps.features_at(8) == ps.features_at(7)
     assert ps.features_at(9) == ps.features_at(7) | {"budget_schedule_graphs"}
-    assert ps.features_at() == ps.features_at(9)
+    assert ps.features_at(12) == ps.features_at(9)
+    assert ps.features_at() == ps.features_at(13) == ps.features_at(9) | {"budget_auto_default"}
     assert ps.at_revision(3).features_at() == frozenset()           # frozen before the key: ask the newest
 
 

@@ -224,13 +224,15 @@ def test_bench_measures_the_profile_schedule_as_served_and_says_when_fixed_budge
     assert _ddtree_arms(host, host.serve, [], sweep=False, log=said.append) == [served] and not said
     assert served.label == "DDTREE schedule 1:32,16:chain (<=n32)"
     assert served.ddtree().flags()[-2:] == ["--speculative-ddtree-budget-schedule", "1:32,16:chain"]
-    assert _ddtree_arms(host, host.serve, [8, "schedule"], sweep=False, log=said.append) == [Arm("DDTREE", 8), served]
+    assert _ddtree_arms(host, host.serve, [8, "schedule"], sweep=False, log=said.append) == [
+        Arm("DDTREE", 8, None, "fixed"), served]
     assert not said
-    assert _ddtree_arms(host, host.serve, [8], sweep=False, log=said.append) == [Arm("DDTREE", 8)]
+    assert _ddtree_arms(host, host.serve, [8], sweep=False, log=said.append) == [Arm("DDTREE", 8, None, "fixed")]
     assert len(said) == 1 and "budget_schedule '1:32,16:chain'" in said[0] and "add `schedule`" in said[0]
-    assert _ddtree_arms(host, host.serve, [], sweep=True, log=said.append) == [Arm("DDTREE", 32)]
+    assert _ddtree_arms(host, host.serve, [], sweep=True, log=said.append) == [Arm("DDTREE", 32, None, "fixed")]
     plain = Host(name="cpu", hostname="cpu.invalid", python="/usr/bin/python3",
                  serve={"model": "/m", "draft_model": "/d", "ddtree": {"budget": 16}})
+    # no schedule in the profile: the server's default (auto from ddtree revision 13, fixed before)
     assert _ddtree_arms(plain, plain.serve, [], sweep=False, log=said.append) == [Arm("DDTREE", 16)]
     with pytest.raises(ConfigError, match="cpu's serve profile has no ddtree.budget_schedule"):
         _ddtree_arms(plain, plain.serve, ["schedule"], sweep=False, log=said.append)
@@ -361,3 +363,22 @@ def test_bench_options_refuse_empty_entries_no_arms_and_arms_beside_a_sweep(caps
         capsys.readouterr()
         assert main(["bench", "--host", "nowhere", *argv]) == 2       # before the host is looked up
         assert said in " ".join(capsys.readouterr().err.split())
+
+
+def test_a_fixed_budget_is_said_as_fixed_where_an_unset_schedule_is_auto():
+    """From ddtree revision 13 an unset --speculative-ddtree-budget-schedule means auto: bench's
+    fixed-budget arms (and a sweep's) must pass `fixed` there, and leave it out before (the word is
+    unknown to revisions 3-12, whose unset schedule is the fixed budget). The profile's own
+    default arm is labelled for what the server does with it."""
+    fixed, default = Arm("DDTREE", 8, None, "fixed"), Arm("DDTREE", 16)
+    new, old = fixed.for_revision(True), fixed.for_revision(False)
+    assert new.ddtree().flags() == ["--speculative-ddtree-budget", "8", "--speculative-ddtree-budget-schedule", "fixed"]
+    assert old.ddtree().flags() == ["--speculative-ddtree-budget", "8"]          # control: nothing added
+    assert new.label == old.label == "DDTREE n8" and new.row_schedule is None is old.row_schedule
+    served_new, served_old = default.for_revision(True), default.for_revision(False)
+    assert served_new.ddtree().flags() == served_old.ddtree().flags() == ["--speculative-ddtree-budget", "16"]
+    assert served_new.label == "DDTREE auto<=16" and served_new.row_schedule == "auto"
+    assert served_old.label == "DDTREE n16" and served_old.row_schedule is None
+    table = Arm("DDTREE", 32, None, "1:32,16:chain")
+    assert table.for_revision(True) == table == table.for_revision(False)
+    assert Arm("DFLASH").for_revision(True) == Arm("DFLASH")

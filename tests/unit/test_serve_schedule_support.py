@@ -85,3 +85,21 @@ def test_the_refusal_is_the_same_sentence_the_sweep_reports():
     r = schedule_refusal(h, h.serve, "auto", features=R4, carried="ddtree r4")
     assert r.reason.startswith("host gpu carries ddtree r4, which has no auto budget planner")
     assert "apply a newer ddtree revision first" in r.hint
+
+
+def test_a_fixed_schedule_is_served_by_every_revision_and_left_out_before_13():
+    """`budget_schedule: fixed` (every step at the budget) is ddtree revision 13's word: an unset
+    schedule means auto there. Revisions before it do not know the word but serve a fixed budget
+    when the schedule is unset, so sglpatch leaves it out for them instead of refusing."""
+    from sglang_patcher.serve.schedule_support import served_profile
+
+    h = Host(name="gpu", hostname="gpu.invalid", python="/usr/bin/python3",
+             serve={"model": "/m", "draft_model": "/d", "ddtree": {"budget": 16, "budget_schedule": "Fixed"}})
+    assert h.serve.ddtree.budget_schedule == "fixed"
+    for features in (set(), R3, R9, R9 | {"budget_auto_default"}):
+        refuse_unservable_schedule(h, h.serve, "fixed", features=features, carried="ddtree rN")
+    assert served_profile(h.serve, R9).ddtree.flags() == ["--speculative-ddtree-budget", "16"]
+    new = served_profile(h.serve, R9 | {"budget_auto_default"})
+    assert new is h.serve and new.ddtree.flags()[-2:] == ["--speculative-ddtree-budget-schedule", "fixed"]
+    auto = host()
+    assert served_profile(auto.serve, R9) is auto.serve          # control: only `fixed` is changed

@@ -33,6 +33,9 @@ are sized for). A schedule file is JSON: ``{"schedule": {"1": 128, "4": 32, "16"
 from what this server measures as it runs — the seconds per decode step by (batch bucket,
 budget) and the tokens committed per request by budget — among DFlash's chain, the floor and
 budgets of doubling verify width up to the ceiling, for the most committed tokens per second.
+It is what an unset schedule means (``schedule_source``) wherever it can run: a fixed budget of
+256 nodes verifies 17x DFlash's tokens and, measured on an H200, costs 5-13x its verify at batch
+4 and more. ``fixed`` (``FIXED``) keeps every step at the server's budget.
 """
 
 from __future__ import annotations
@@ -51,6 +54,9 @@ __all__ = [
     "AutoBudgetPlanner",
     "BudgetSchedule",
     "auto_candidates",
+    "FIXED",
+    "GraphCaptureFailed",
+    "schedule_source",
     "batch_bucket",
     "is_auto",
     "VerifyCostModel",
@@ -71,9 +77,37 @@ CHAIN = 0
 AUTO = "auto"
 
 
+#: The schedule text that keeps every decode step at the server's ``--speculative-ddtree-budget``.
+FIXED = "fixed"
+
+
 def is_auto(source: object) -> bool:
     """Whether a ``--speculative-ddtree-budget-schedule`` value asks for the online planner."""
     return isinstance(source, str) and source.strip().lower() == AUTO
+
+
+def schedule_source(text: Optional[str], *, budget: int, floor: int) -> Optional[str]:
+    """What a server's ``--speculative-ddtree-budget-schedule`` means: ``AUTO`` (the online
+    planner), None (every step at the server's budget) or the table's text / file path, as given.
+
+    Unset (None or blank): ``AUTO`` where the planner can run — a server budget of at least the
+    floor (block size - 1), the least tree it chooses — else None (a budget below the floor has no
+    wider or narrower tree to choose). ``fixed`` (any case): None. ``auto`` stays ``AUTO`` even
+    below the floor, where the worker refuses it: the user asked for it by name.
+
+    Args:
+      text: the argument's value (str or None).
+      budget: the server's ``--speculative-ddtree-budget`` (tree nodes per request, >= 1).
+      floor: block size - 1 (>= 1).
+    """
+    if text is None or not str(text).strip():
+        return AUTO if int(budget) >= int(floor) else None
+    word = str(text).strip().lower()
+    if word == FIXED:
+        return None
+    if word == AUTO:
+        return AUTO
+    return str(text)
 
 
 def _budget_text(n: int) -> str:
@@ -162,8 +196,8 @@ def load_schedule(source: str, *, floor: int, ceiling: int) -> BudgetSchedule:
     """A schedule from its text or from a JSON file (``{"schedule": {"1": 128, "16": "chain"}}``; a path is
     anything that names an existing file or ends in ``.json``). Raises ValueError (bad content,
     naming the file) or OSError (unreadable file)."""
-    if is_auto(source):
-        raise ValueError("'auto' is not a budget table: build an AutoBudgetPlanner (is_auto tells)")
+    if is_auto(source) or str(source).strip().lower() == FIXED:
+        raise ValueError(f"{source.strip()!r} is not a budget table: schedule_source tells what it means")
     if os.path.isfile(source) or source.endswith(".json"):
         with open(source, encoding="utf-8") as f:
             try:
@@ -290,14 +324,14 @@ def best_budget_per_batch(batch_sizes: Iterable[int], expected_accept: Callable[
     return BudgetSchedule(tuple(entries), floor, ceiling)
 
 
-def auto_candidates(floor: int, ceiling: int) -> Tuple[int, ...]:
-    """The budgets the online planner chooses among: ``CHAIN``, the floor, the budgets whose verify
-    width doubles from the floor's ((floor + 1) * 2**k - 1) while below the ceiling, and the
-    ceiling. E.g. floor 15, ceiling 256: (CHAIN, 15, 31, 63, 127, 255, 256). Raises ValueError
-    unless 1 <= floor <= ceiling."""
+def auto_candidates(floor: int, ceiling: int, *, chain: bool = True) -> Tuple[int, ...]:
+    """The budgets the online planner chooses among: ``CHAIN`` (unless ``chain`` is False), the
+    floor, the budgets whose verify width doubles from the floor's ((floor + 1) * 2**k - 1) while
+    below the ceiling, and the ceiling. E.g. floor 15, ceiling 256: (CHAIN, 15, 31, 63, 127, 255,
+    256). Raises ValueError unless 1 <= floor <= ceiling."""
     if not 1 <= floor <= ceiling:
         raise ValueError(f"budget floor {floor} must be within 1..{ceiling} (the maximum budget)")
-    out = [CHAIN, floor]
+    out = ([CHAIN] if chain else []) + [floor]
     width = floor + 1
     while 2 * width - 1 < ceiling:
         width *= 2
@@ -305,6 +339,11 @@ def auto_candidates(floor: int, ceiling: int) -> Tuple[int, ...]:
     if ceiling > floor:
         out.append(ceiling)
     return tuple(out)
+
+
+class GraphCaptureFailed(RuntimeError):
+    """A tree budget's verify graphs could not be captured (``plan_graph_widths``' ``capture``
+    raises it; the message says why). The budget then verifies eagerly."""
 
 
 @dataclass(frozen=True)
@@ -317,11 +356,14 @@ class GraphWidthPlan:
       skipped: budgets (ascending) left to verify eagerly: the predicted memory would have gone
         past the bound.
       bound_gib: the bound (``--speculative-ddtree-graph-memory``, GiB).
+      failed: ((budget, why), ...): the budget whose capture raised ``GraphCaptureFailed`` (at
+        most one: the wider budgets after it are in ``skipped``), verified eagerly.
     """
 
     captured: Tuple[Tuple[int, float], ...]
     skipped: Tuple[int, ...]
     bound_gib: float
+    failed: Tuple[Tuple[int, str], ...] = ()
 
     @property
     def used_gib(self) -> float:
@@ -331,9 +373,11 @@ class GraphWidthPlan:
         """One log line: what was captured, what it cost, what runs eagerly."""
         got = ", ".join(f"{n} ({gib:.2f} GiB)" for n, gib in self.captured) or "none"
         left = ", ".join(str(n) for n in self.skipped) or "none"
+        failed = "".join(f"; capture failed, verified eagerly: {n} ({why})" for n, why in self.failed)
         return (
             f"verify graphs of their own for budgets [{got}]: {self.used_gib:.2f} of "
-            f"{self.bound_gib:g} GiB; over the bound, verified eagerly: [{left}]"
+            f"{self.bound_gib:g} GiB; over the bound{' or after a failed capture' if self.failed else ''}, "
+            f"verified eagerly: [{left}]{failed}"
         )
 
 
@@ -350,13 +394,16 @@ def plan_graph_widths(
     capture has nothing to go on and is predicted free). N and every wider budget are skipped
     once the memory used plus N's prediction would pass ``bound_gib``; a capture that costs more
     than predicted is kept and counted, so the bound can be passed by at most one capture's
-    misprediction (the first's whole cost when it alone exceeds the bound). ``CHAIN`` entries are
-    ignored (a chain step is DFlash's own verify).
+    misprediction (the first's whole cost when it alone exceeds the bound). A capture that raises
+    ``GraphCaptureFailed`` is recorded in ``failed`` and ends the captures (the wider budgets,
+    which need more memory, are skipped): the server still starts, those budgets verify eagerly.
+    ``CHAIN`` entries are ignored (a chain step is DFlash's own verify).
 
     Args:
       budgets: tree budgets (>= 1; duplicates and ``CHAIN`` ignored) to capture.
       capture: captures the graphs of one budget and returns the device memory they took (GiB,
-        >= 0; a negative measurement — memory freed meanwhile — counts as 0).
+        >= 0; a negative measurement — memory freed meanwhile — counts as 0), or raises
+        ``GraphCaptureFailed``.
       bound_gib: device memory the extra graphs may take (GiB, >= 0; 0 captures none).
     Returns:
       A ``GraphWidthPlan``.
@@ -373,7 +420,10 @@ def plan_graph_widths(
         predicted = per_token * (n + 1)
         if bound_gib <= 0 or used + predicted > bound_gib:
             return GraphWidthPlan(tuple(captured), tuple(todo[i:]), bound_gib)
-        gib = max(0.0, float(capture(n)))
+        try:
+            gib = max(0.0, float(capture(n)))
+        except GraphCaptureFailed as exc:
+            return GraphWidthPlan(tuple(captured), tuple(todo[i + 1:]), bound_gib, ((n, str(exc)),))
         captured.append((n, gib))
         used += gib
         per_token = max(per_token, gib / (n + 1))
@@ -419,7 +469,9 @@ class AutoBudgetPlanner:
     re-measures a neighbour of the best, alternating the wider and the narrower one, so the plan
     follows a workload whose acceptance or cost drifts. The first sample of each (bucket, budget)
     is dropped (kernel compilation and warm-up), and later ones are clipped to ``outlier`` x the
-    estimate. A chosen budget is always ``CHAIN`` or within [floor, ceiling].
+    estimate. A chosen budget is always ``CHAIN`` or within [floor, ceiling]; with ``chain``
+    False (a chain step cannot run: its width is the one the target's CUDA graphs were captured
+    at with the tree mask) never ``CHAIN``.
 
     The defaults were chosen by simulating the planner on the H200 step times of
     ``bench/results/2026-12-02-h200-decode-step*.md`` with noisy step times and accept lengths
@@ -432,14 +484,14 @@ class AutoBudgetPlanner:
 
     def __init__(self, floor: int, ceiling: int, *, min_samples: int = 4, margin: float = 0.05,
                  reexplore_every: int = 128, alpha: float = 0.1, accept_alpha: Optional[float] = 0.03,
-                 hysteresis: float = 0.02, outlier: float = 4.0) -> None:
+                 hysteresis: float = 0.02, outlier: float = 4.0, chain: bool = True) -> None:
         accept_alpha = alpha if accept_alpha is None else accept_alpha
         if (min_samples < 1 or reexplore_every < 2 or not 0 < alpha <= 1 or not 0 < accept_alpha <= 1
                 or margin < 0 or hysteresis < 0 or outlier <= 1):
             raise ValueError("AutoBudgetPlanner: min_samples >= 1, reexplore_every >= 2, 0 < alpha, "
                              "accept_alpha <= 1, margin >= 0, hysteresis >= 0 and outlier > 1")
         self.floor, self.ceiling = int(floor), int(ceiling)
-        self.candidates = auto_candidates(self.floor, self.ceiling)
+        self.candidates = auto_candidates(self.floor, self.ceiling, chain=chain)
         self.min_samples, self.margin, self.hysteresis = min_samples, margin, hysteresis
         self.reexplore_every, self.alpha, self.outlier = reexplore_every, alpha, outlier
         self.accept_alpha = accept_alpha
@@ -486,17 +538,16 @@ class AutoBudgetPlanner:
         budget in [floor, ceiling] (see the class docstring)."""
         bucket = batch_bucket(batch_size)
         n_dec = self._decisions[bucket] = self._decisions.get(bucket, 0) + 1
-        chain_v = self.value(bucket, CHAIN)
-        if chain_v is None:
-            return CHAIN
-        best, best_v = CHAIN, chain_v
+        best, best_v = self.candidates[0], -1.0
         tree_best = -1.0
-        for n in self.candidates[1:]:
+        for n in self.candidates:
             v = self.value(bucket, n)
             if v is None:
-                return n                                # explore the next tree budget
+                return n                                # explore the next budget
             if v > best_v:
                 best, best_v = n, v
+            if n == CHAIN:
+                continue
             if v < tree_best * (1.0 - self.margin):
                 break                                   # past the peak
             tree_best = max(tree_best, v)
@@ -508,7 +559,7 @@ class AutoBudgetPlanner:
         if held != best:
             self.plan_changes += 1
         self._best[bucket] = best
-        if n_dec % self.reexplore_every == 0:
+        if n_dec % self.reexplore_every == 0 and len(self.candidates) > 1:
             i = self.candidates.index(best)
             wider = (n_dec // self.reexplore_every) % 2 == 1
             j = i + 1 if (wider and i + 1 < len(self.candidates)) or i == 0 else i - 1

@@ -33,6 +33,11 @@ backend of its own, built for its width, and — where the server captures CUDA 
 graphs captured at that width, narrowest first within --speculative-ddtree-graph-memory GiB
 (``VerifyWidthState``, swapped in around the verify as SGLang's adaptive EAGLE swaps its
 ``SpecRuntimeState``); a width over the bound, and a chain step, verifies eagerly.
+``auto`` is what an unset schedule means wherever it can run (``schedule_source``: a server budget
+of at least block size - 1; ``fixed`` keeps every step at the server budget); beside CUDA graphs
+at a budget of block size - 1 it chooses among trees only (a chain step would replay the
+tree-mask graph of its width). A narrower width whose capture fails on a TP-1 server verifies
+eagerly, with a warning that names the cause (TP > 1: refused, the ranks would disagree).
 With ``auto`` the budget of each step comes from ``AutoBudgetPlanner``, fed by this worker: the
 host time between consecutive decode steps (the previous step's cost; a prefill or idle call in
 between voids the interval) and the tokens each step committed per request (its result's
@@ -78,11 +83,13 @@ from .ddtree_budget import (
     CHAIN,
     AutoBudgetPlanner,
     BudgetSchedule,
+    GraphCaptureFailed,
     GraphWidthPlan,
     batch_bucket,
     is_auto,
     load_schedule,
     plan_graph_widths,
+    schedule_source,
 )
 from .ddtree_info import (
     DDTreeSizes,
@@ -477,8 +484,10 @@ class DDTreeWorker(_WorkerBase):  # type: ignore[misc,valid-type]
         sizes = DDTreeSizes.from_spec(get_spec())
         schedule_text = getattr(get_spec(), "speculative_ddtree_budget_schedule", None)
         floor = max(1, sizes.block_size - 1)
+        # unset: auto where it can run (revision 13 on), "fixed": every step at the budget
+        source = schedule_source(schedule_text, budget=sizes.budget, floor=floor)
         planner: Optional[AutoBudgetPlanner] = None
-        if is_auto(schedule_text):  # refused here, before the draft model loads, where it cannot run
+        if is_auto(source):  # refused here, before the draft model loads, where it cannot run
             if sizes.budget < floor:
                 raise ValueError(
                     f"DDTREE --speculative-ddtree-budget-schedule auto chooses budgets from block size "
@@ -537,10 +546,12 @@ class DDTreeWorker(_WorkerBase):  # type: ignore[misc,valid-type]
         self._ddtree_positions_buf: Optional[torch.Tensor] = None
         self.budget_planner: Optional[AutoBudgetPlanner] = planner
         self.budget_schedule: Optional[BudgetSchedule] = (
-            load_schedule(str(schedule_text), floor=floor, ceiling=sizes.budget)
-            if schedule_text and self.budget_planner is None
+            load_schedule(source, floor=floor, ceiling=sizes.budget)
+            if source and self.budget_planner is None
             else None
         )
+        # the schedule as the server was started: None when left unset (auto or fixed by default)
+        self._schedule_given: Optional[str] = schedule_text if schedule_text and str(schedule_text).strip() else None
         # auto: (batch size, budget, perf_counter at its start) of the last decode step, and the
         # results whose accept lengths have not reached the host yet
         self._last_decode: Optional[Tuple[int, int, float]] = None
@@ -595,14 +606,19 @@ class DDTreeWorker(_WorkerBase):  # type: ignore[misc,valid-type]
                 sizes.kv_reserve,
                 type(backend).__name__,
                 self._tp_size,
-                (
-                    self.budget_schedule.text()
-                    if self.budget_schedule
-                    else "auto over " + ",".join(str(n) if n else "chain" for n in self.budget_planner.candidates)
-                    if self.budget_planner
-                    else "none"
-                ),
+                self._schedule_line(),
             )
+
+    def _schedule_line(self) -> str:
+        """How this server picks each step's budget, for the log: the table, ``auto over ...`` or
+        ``fixed``, and ``(unset: the default)`` when the server was started without the flag."""
+        if self.budget_schedule is not None:
+            text = self.budget_schedule.text()
+        elif self.budget_planner is not None:
+            text = "auto over " + ",".join(str(n) if n else "chain" for n in self.budget_planner.candidates)
+        else:
+            text = "fixed"
+        return text + (" (unset: the default)" if self._schedule_given is None else "")
 
     def init_cuda_graphs(self):
         """DFlash's draft graphs, then check the width the target's decode graphs were captured at
@@ -613,6 +629,7 @@ class DDTreeWorker(_WorkerBase):  # type: ignore[misc,valid-type]
         super().init_cuda_graphs()
         graph_runner = getattr(self.target_worker.model_runner, "decode_cuda_graph_runner", None)
         check_captured_verify_width(graph_runner, self.ddtree_sizes.verify_width)
+        self._auto_without_chain_beside_graphs(graph_runner)
         eager_lines = check_widths_beside_graphs(
             self.budget_schedule,
             graph_runner,
@@ -624,6 +641,26 @@ class DDTreeWorker(_WorkerBase):  # type: ignore[misc,valid-type]
             own = self._verify_states or self.graph_width_plan is not None
             for line in self._verify_state_lines() if own else eager_lines:
                 logger.info(line)
+
+    def _auto_without_chain_beside_graphs(self, graph_runner: Any) -> None:
+        """``auto`` at a server budget of block size - 1 beside CUDA graphs: a chain step verifies
+        the block's B tokens, the width the graphs were captured at with the tree mask, and would
+        replay them without one (``check_widths_beside_graphs`` refuses that). The planner then
+        chooses among trees only, said in the log: auto is the default, and this budget is a
+        valid one."""
+        planner, sizes = self.budget_planner, self.ddtree_sizes
+        if (planner is None or CHAIN not in planner.candidates or graph_runner is None
+                or sizes.block_size != planner.ceiling + 1):
+            return
+        self.budget_planner = AutoBudgetPlanner(planner.floor, planner.ceiling, chain=False)
+        if self._ddtree_tp_rank == 0:
+            logger.info(
+                "DDTREE auto: no chain steps beside the target's CUDA graphs at --speculative-ddtree-"
+                "budget %d = block size - 1 (a chain step's width is the captured one); choosing among "
+                "budgets %s",
+                planner.ceiling,
+                list(self.budget_planner.candidates),
+            )
 
     def _tree_budgets(self) -> List[int]:
         """The tree budgets (ascending, no ``CHAIN``) this server's steps can verify."""
@@ -656,7 +693,9 @@ class DDTreeWorker(_WorkerBase):  # type: ignore[misc,valid-type]
         verify eagerly through the start-up runner's uniform-width fallback); without graphs, the
         backend alone for every such budget (each backend built as SGLang builds one: a
         flashinfer backend takes a workspace of its own). The server budget's width keeps SGLang's
-        own. Raises RuntimeError naming the way out when a capture fails."""
+        own. A backend or capture that fails leaves that budget (and, with graphs, every wider one)
+        to verify as revision 11 did, with a warning naming the cause; on a TP > 1 server a failed
+        capture raises RuntimeError naming the way out instead (the ranks must capture alike)."""
         from sglang.srt.runtime_context import get_spec
 
         budgets = [n for n in self._tree_budgets() if n != self.ddtree_sizes.budget]
@@ -665,7 +704,14 @@ class DDTreeWorker(_WorkerBase):  # type: ignore[misc,valid-type]
         runner = self.target_worker.model_runner
         if graph_runner is None or getattr(graph_runner, "captured_req_width", None) is None:
             for n in budgets:
-                self._verify_states[n] = build_verify_width_state(runner, n)
+                try:
+                    self._verify_states[n] = build_verify_width_state(runner, n)
+                except Exception as exc:  # noqa: BLE001 - the width still verifies on the runner's own backend
+                    logger.warning(
+                        "DDTREE: a target verify backend of its own for budget %d could not be built "
+                        "(%s: %s); it verifies on the server budget's backend (its buffers are sized for "
+                        "the widest tree).", n, type(exc).__name__, exc,
+                    )
             return
         bound = float(getattr(get_spec(), "speculative_ddtree_graph_memory", 0.0) or 0.0)
 
@@ -674,6 +720,8 @@ class DDTreeWorker(_WorkerBase):  # type: ignore[misc,valid-type]
             try:
                 state = build_verify_width_state(runner, n, graph_runner_cls=type(graph_runner))
             except Exception as exc:  # noqa: BLE001 - SGLang's capture: say the way out, keep the cause
+                if self._tp_size == 1:  # this rank alone decides: the width verifies eagerly
+                    raise GraphCaptureFailed(f"{type(exc).__name__}: {exc}") from exc
                 if str(exc).startswith("DDTREE:"):
                     raise  # build_verify_width_state's own, which names the way out
                 raise RuntimeError(
@@ -687,6 +735,12 @@ class DDTreeWorker(_WorkerBase):  # type: ignore[misc,valid-type]
             return state.memory_gib
 
         self.graph_width_plan = plan_graph_widths(budgets, capture, bound_gib=bound)
+        for n, why in self.graph_width_plan.failed:
+            logger.warning(
+                "DDTREE: capturing the target's verify CUDA graphs for budget %d (%d tokens per request) "
+                "failed (%s): it and the wider budgets %s verify eagerly. --speculative-ddtree-graph-"
+                "memory 0 skips these captures.", n, n + 1, why, list(self.graph_width_plan.skipped),
+            )
 
     def _verify_state_lines(self) -> List[str]:
         """Log lines: each budget's own verify state, and what verifies eagerly."""
