@@ -15,7 +15,9 @@ Trees: random parents (each node's parent among the earlier nodes, biased to rec
 trees are deep and branch). Before timing, each (batch, width) checks the DDTree kernel against
 SGLang's on layer 0 (relative error of the outputs), its causal run against SGLang's causal one,
 and that the causal run differs from the tree's (the control). ``--configs`` sweeps the DDTree kernel's launch knobs
-(``BLOCK_N:warps:stages``); the table shows the best per row and the JSON every one.
+(``BLOCK_N:warps:stages``, the tree part then BLOCK_N keys a step too; ``auto``: the kernel's
+``tree_verify_launch``; ``r12``: revision 12's launch rule, to measure a new rule against it side by
+side); the table shows the best per row and the JSON every one.
 
 Usage (the SGLang kernel source as bench/decode_step.py takes it):
   python3 bench/verify_attention.py --sglang-src .gpu/sglang-0.5.23-attention-kernels.zip \\
@@ -94,7 +96,20 @@ class Problem:
         return self.layers * self.bs * (self.P + self.T) * per
 
 
-def arm_fn(p: Problem, arm: str, sgl, knobs: Optional[Tuple[int, int, int]], splits: int):
+def knobs_r12(bs: int, T: int) -> Tuple[int, int, int]:
+    """Revision 12's ``tree_verify_launch`` at this shape (the tree part BLOCK_N keys a step too),
+    kept to measure the current rule against, side by side."""
+    bm, mb = tree_verify_row_blocks(T, 4)
+    programs = bs * mb * 8
+    if bm < 128:
+        return (64, 4, 3) if programs >= 512 else (32, 4, 2)
+    if programs >= 1024:
+        return 32, 4, 2
+    return (64, 8, 2) if mb <= 2 else (128, 8, 2)
+
+
+def arm_fn(p: Problem, arm: str, sgl, knobs: Optional[Tuple[int, int, int]], splits: int,
+           block_t: Optional[int] = None):
     bn, warps, stages = knobs or (None, None, None)  # None: the kernel's own choice (tree_verify_launch)
 
     def layer(li: int):
@@ -106,7 +121,7 @@ def arm_fn(p: Problem, arm: str, sgl, knobs: Optional[Tuple[int, int, int]], spl
             mask, indptr = (p.tree_mask, p.mask_indptr) if arm == "ddtree-tree" else (None, None)
             tree_verify_attention_fwd(p.q, p.k, p.v, p.o, p.kb[li], p.vb[li], p.qo_indptr, p.kv_indptr,
                                       p.kv_indices, mask, indptr, p.T, p.scale, num_kv_splits=splits,
-                                      block_n=bn, num_warps=warps, num_stages=stages)
+                                      block_n=bn, num_warps=warps, num_stages=stages, block_t=block_t)
 
     def run():
         for li in range(p.layers):
@@ -150,13 +165,15 @@ def main(argv: Optional[List[str]] = None) -> int:
     ap.add_argument("--layers", type=int, default=36)
     ap.add_argument("--configs", default="auto,64:4:2,32:4:2,64:4:3,64:8:2,128:8:2",
                     help="DDTree kernel knobs to sweep, BLOCK_N:warps:stages; auto: the kernel's default")
+    ap.add_argument("--tree-blocks", default="", help="also time the tree part's keys per step "
+                    "(BLOCK_T) at these values, with the row's best knobs, e.g. 16,32")
     ap.add_argument("--reps", type=int, default=30)
     ap.add_argument("--max-seconds", type=float, default=0, help="stop starting rows after this long")
     ap.add_argument("--out", help="JSON of every row")
     a = ap.parse_args(argv)
     sgl, sgl_desc = load_sglang_extend_attention(a.sglang_src)
     sms = torch.cuda.get_device_properties(0).multi_processor_count
-    configs = [None if c == "auto" else tuple(int(x) for x in c.split(":")) for c in a.configs.split(",")]
+    configs = [c if c in ("auto", "r12") else tuple(int(x) for x in c.split(":")) for c in a.configs.split(",")]
     t0 = time.time()
     rows = []
     head = (f"Verify attention — {torch.cuda.get_device_name(0)} — "
@@ -169,23 +186,33 @@ def main(argv: Optional[List[str]] = None) -> int:
                 print(f"stopping: --max-seconds {a.max_seconds} reached", flush=True)
                 break
             p = Problem(bs, T, a.context, a.layers, 32, 8, 128, seed=bs * 1000 + T)
+            row_configs = [None if c == "auto" else knobs_r12(bs, T) if c == "r12" else c for c in configs]
             splits = tree_verify_kv_splits(bs, 8, tree_verify_row_blocks(T, 4)[1], sms)
             chk = check(p, sgl, splits)
             ms: Dict[str, float] = {}
             for arm in ("sglang-causal", "sglang-tree"):
-                ms[arm] = time_graph(arm_fn(p, arm, sgl, configs[0], splits)[0], a.reps)
+                ms[arm] = time_graph(arm_fn(p, arm, sgl, None, splits)[0], a.reps)
             sweep = {}
-            for c in configs:
-                sweep["auto" if c is None else ":".join(map(str, c))] = time_graph(
+            for name, c in zip(configs, row_configs):
+                sweep[name if isinstance(name, str) else ":".join(map(str, c))] = time_graph(
                     arm_fn(p, "ddtree-tree", sgl, c, splits)[0], a.reps)
             best = min(sweep, key=sweep.get)
             ms["ddtree-tree"] = sweep[best]
             if "auto" in sweep:
                 ms["ddtree-tree (auto)"] = sweep["auto"]
-            knobs = None if best == "auto" else tuple(int(x) for x in best.split(":"))
+            if "r12" in sweep:
+                ms["ddtree-tree (r12)"] = sweep["r12"]
+                ms["ddtree-chain (r12)"] = time_graph(arm_fn(p, "ddtree-chain", sgl, knobs_r12(bs, T), splits)[0],
+                                                      a.reps)
+            knobs = (None if best == "auto" else knobs_r12(bs, T) if best == "r12"
+                     else tuple(int(x) for x in best.split(":")))
             ms["ddtree-chain"] = time_graph(arm_fn(p, "ddtree-chain", sgl, knobs, splits)[0], a.reps)
+            for bt in [int(x) for x in a.tree_blocks.split(",") if x]:
+                for arm in ("ddtree-tree", "ddtree-chain"):
+                    ms[f"{arm} (BLOCK_T {bt})"] = time_graph(arm_fn(p, arm, sgl, knobs, splits, block_t=bt)[0],
+                                                             a.reps)
             # the SGLang arms again, after ours: drift within the row shows here
-            ms["sglang-tree (repeat)"] = time_graph(arm_fn(p, "sglang-tree", sgl, configs[0], splits)[0], a.reps)
+            ms["sglang-tree (repeat)"] = time_graph(arm_fn(p, "sglang-tree", sgl, None, splits)[0], a.reps)
             floor_ms = p.kv_bytes() / 4.2e12 * 1e3
             row = {"bs": bs, "T": T, "splits": splits, "best_config": best, "sweep_ms": sweep,
                    "ms": ms, "kv_floor_ms_at_4.2TBps": floor_ms, **chk}
@@ -195,17 +222,20 @@ def main(argv: Optional[List[str]] = None) -> int:
             torch.cuda.empty_cache()
     lines = ["", head, "", "All layers' attention per verify pass, ms (median CUDA-graph replay)", "",
              "| bs | T | SGLang causal (DFLASH) | SGLang tree (repeat) | DDTree tree, best (default) | DDTree causal | "
-             "SGLang tree / DDTree tree | SGLang causal / DDTree causal | DDTree tree / SGLang causal | KV floor | "
+             "SGLang tree / DDTree tree | SGLang causal / DDTree causal | DDTree tree / SGLang causal | "
+             "DDTree tree / causal | revision 12's launch: tree, causal | KV floor | "
              "splits, best knobs | rel err (tree, causal) |",
-             "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|"]
+             "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|"]
     for r in rows:
         m = r["ms"]
         lines.append(f"| {r['bs']} | {r['T']} | {m['sglang-causal']:.3f} | {m['sglang-tree']:.3f} "
                      f"({m['sglang-tree (repeat)']:.3f}) | {m['ddtree-tree']:.3f} ({m.get('ddtree-tree (auto)', float('nan')):.3f}) | "
                      f"{m['ddtree-chain']:.3f} | "
                      f"{m['sglang-tree'] / m['ddtree-tree']:.2f}x | {m['sglang-causal'] / m['ddtree-chain']:.2f}x | "
-                     f"{m['ddtree-tree'] / m['sglang-causal']:.2f}x | "
-                     f"{r['kv_floor_ms_at_4.2TBps']:.3f} | {r['splits']}, {r['best_config']} | "
+                     f"{m['ddtree-tree'] / m['sglang-causal']:.2f}x | {m['ddtree-tree'] / m['ddtree-chain']:.2f}x | "
+                     + (f"{m['ddtree-tree (r12)']:.3f}, {m['ddtree-chain (r12)']:.3f} | " if "ddtree-tree (r12)" in m
+                        else "– | ")
+                     + f"{r['kv_floor_ms_at_4.2TBps']:.3f} | {r['splits']}, {r['best_config']} | "
                      f"{r['rel_err']:.1e}, {r['rel_err_causal']:.1e} |")
     print("\n".join(lines), flush=True)
     if a.out:

@@ -312,15 +312,15 @@ def test_revision_6_is_frozen_and_recognised_by_the_current_revision(ps, version
     # r12: verify states per tree width, --speculative-ddtree-graph-memory (patch 0010); the
     # verify kernel's causal path and FOLD_G
     (11, {_BUDGET, _WORKER, _SPEC_FIELDS, _SPEC_HOOK, _VERIFY_ATTN}),
-    # r13: auto as the default (schedule_source), its help texts and the hook's use of it
-    (12, {_BUDGET, _WORKER, _SPEC_FIELDS, _SPEC_HOOK}),
+    # r13: auto as the default (schedule_source), its help texts and the hook's use of it; the
+    # verify kernel's tree-part key step (BLOCK_T) and launch rule
+    (12, {_BUDGET, _WORKER, _SPEC_FIELDS, _SPEC_HOOK, _VERIFY_ATTN}),
 ], ids=["r7", "r8", "r9", "r10", "r11", "r12"])
 def test_revisions_7_to_12_are_frozen_and_recognised_on_the_files_that_changed_since(ps, version, old, changed):
     """Revisions 8, 9 and 10 change DDTree files only; revision 11 one SGLang file (the triton
     backend, patch 0011) and adds one DDTree file (the verify attention kernel); revision 12 the
     budget schedule's two argument files (patch 0010: --speculative-ddtree-graph-memory), the
-    budget and worker modules and the verify kernel; revision 13 the same two argument files and
-    the budget and worker modules: a host carrying revision 7 to 12 is recognised as patched@rN
+    budget and worker modules and the verify kernel; revision 13 the same five files: a host carrying revision 7 to 12 is recognised as patched@rN
     exactly on the files changed since."""
     assert _frozen_and_recognised(ps, version, old) == changed
     older = load_patchset(f"ddtree@{old}").target(version).expected

@@ -119,9 +119,9 @@ CASES = [
         Acc=F32, Ml=F32, qk_scale="fp32", **{f"stride_{n}": "i64" for n in (
             "qt", "qh", "kt", "kh", "vt", "vh", "ot", "oh", "kbt", "kbh", "vbt", "vbh")},
         n_kv_heads="i32", G=C, MB=C, SPLITS=C, D=C, DV=C, BLOCK_M=C, BLOCK_N=C, BLOCK_D=C, BLOCK_DV=C,
-        ANCESTORS_FIRST=C, CAUSAL=C, FOLD_G=C),
+        BLOCK_T=C, ANCESTORS_FIRST=C, CAUSAL=C, FOLD_G=C),
        dict(G=4, MB=mb, SPLITS=sp, D=128, DV=128, BLOCK_M=bm, BLOCK_N=64, BLOCK_D=128, BLOCK_DV=128,
-            ANCESTORS_FIRST=True, CAUSAL=causal, FOLD_G=fold), 4)
+            BLOCK_T=16 if bm < 128 else 32, ANCESTORS_FIRST=True, CAUSAL=causal, FOLD_G=fold), 4)
       for mb, sp, bm, causal, fold in ((1, 16, 64, False, True), (3, 1, 128, False, True),
                                        (1, 16, 64, True, True), (1, 16, 64, False, False))],
     (KA._tree_verify_merge_kernel, dict(O="*bf16", Acc=F32, Ml=F32, qo_indptr="*i32", stride_ot="i64",

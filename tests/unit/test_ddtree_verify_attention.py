@@ -156,6 +156,7 @@ def test_launch_knobs_by_shape():
         bm, mb = KA.tree_verify_row_blocks(T, 4)
         return KA.tree_verify_launch(bm, mb, bs * mb * 8)
 
-    assert [knobs(bs, 16) for bs in (1, 16, 64)] == [(32, 4, 2), (32, 4, 2), (64, 4, 3)]
-    assert [knobs(bs, 33) for bs in (1, 16, 64)] == [(64, 8, 2), (64, 8, 2), (32, 4, 2)]
-    assert [knobs(bs, 65) for bs in (1, 16, 64)] == [(128, 8, 2), (128, 8, 2), (32, 4, 2)]
+    assert [knobs(bs, 16) for bs in (1, 16, 64)] == [(32, 4, 2, 16), (32, 4, 2, 16), (64, 4, 3, 16)]
+    assert [knobs(bs, 33) for bs in (1, 16, 64)] == [(32, 8, 2, 16), (32, 8, 2, 16), (32, 4, 2, 32)]
+    assert [knobs(bs, 65) for bs in (1, 4, 16, 64)] == [(32, 8, 2, 16), (32, 8, 2, 16), (128, 8, 2, 32),
+                                                        (32, 4, 2, 32)]

@@ -254,10 +254,11 @@ def check_budget_zero(mods):
 
 
 def check_schedules_accepted(mods):
-    """A budget schedule table (with a chain entry) and ``auto`` pass validation; the module the
-    schedule argument names (``ddtree_budget``) imports and reads them as the worker will."""
+    """A budget schedule table (with a chain entry), ``auto`` and ``fixed`` pass validation; the
+    module the schedule argument names (``ddtree_budget``) imports and reads them as the worker
+    will, an unset schedule as ``auto`` (revision 13)."""
     base = ["--speculative-ddtree-budget", "16", "--speculative-ddtree-budget-schedule"]
-    for schedule in ("1:16,4:8,16:chain", "auto"):
+    for schedule in ("1:16,4:8,16:chain", "auto", "fixed"):
         sa = _validate(base + [schedule], DENSE_ARCH)
         if sa.speculative_ddtree_budget_schedule != schedule:
             raise CheckFailed(f"--speculative-ddtree-budget-schedule {schedule} parsed as "
@@ -266,8 +267,12 @@ def check_schedules_accepted(mods):
     table = budget.load_schedule("1:16,4:8,16:chain", floor=3, ceiling=16)
     if [table.budget_for(b) for b in (1, 4, 16)] != [16, 8, budget.CHAIN] or not budget.is_auto("auto"):
         raise CheckFailed(f"ddtree_budget reads the table as {table.text()!r}")
+    source = {text: budget.schedule_source(text, budget=16, floor=3) for text in (None, "fixed")}
+    if source != {None: budget.AUTO, "fixed": None}:
+        raise CheckFailed(f"ddtree_budget reads an unset schedule and 'fixed' as {source} (want auto, fixed)")
     planner = budget.AutoBudgetPlanner(3, 16)
-    return f"1:16,4:8,16:chain and auto accepted; auto chooses among {list(planner.candidates)} (0 = chain)"
+    return (f"1:16,4:8,16:chain, auto and fixed accepted; unset means auto, which chooses among "
+            f"{list(planner.candidates)} (0 = chain)")
 
 
 def check_schedule_refused(mods):

@@ -76,6 +76,7 @@ def _tree_verify_attn_kernel(
     SPLITS: tl.constexpr,
     D: tl.constexpr, DV: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
+    BLOCK_T: tl.constexpr,  # keys per step of the tree part (BLOCK_N: of the prefix)
     ANCESTORS_FIRST: tl.constexpr,
     CAUSAL: tl.constexpr,  # no custom_mask: token t sees tree tokens 0..t (a chain's verify)
     FOLD_G: tl.constexpr,  # G a power of two dividing BLOCK_M: read each token's mask row once
@@ -133,8 +134,9 @@ def _tree_verify_attn_kernel(
             j_end = tl.minimum(T, (mb * BLOCK_M + BLOCK_M - 1) // G + 1)
         else:
             j_end = T
-        for start in range(0, j_end, BLOCK_N):
-            j = start + offs_n
+        offs_t = tl.arange(0, BLOCK_T)
+        for start in range(0, j_end, BLOCK_T):
+            j = start + offs_t
             j_ok = j < j_end
             k = tl.load(K_new + (q_start + j)[None, :] * stride_kt + kvh * stride_kh + offs_d[:, None],
                         mask=j_ok[None, :] & d_ok[:, None], other=0.0)
@@ -144,8 +146,8 @@ def _tree_verify_attn_kernel(
                 tq = (mb * BLOCK_M) // G + tl.arange(0, BLOCK_M // G)
                 seen_t = tl.load(custom_mask + m_base + tq[:, None] * row_len + P + j[None, :],
                                  mask=(tq < T)[:, None] & j_ok[None, :], other=0)
-                seen = tl.reshape(tl.broadcast_to(seen_t[:, None, :], (BLOCK_M // G, G, BLOCK_N)),
-                                  (BLOCK_M, BLOCK_N)) != 0
+                seen = tl.reshape(tl.broadcast_to(seen_t[:, None, :], (BLOCK_M // G, G, BLOCK_T)),
+                                  (BLOCK_M, BLOCK_T)) != 0
             else:
                 seen = tl.load(custom_mask + m_base + t[:, None] * row_len + P + j[None, :],
                                mask=row_ok[:, None] & j_ok[None, :], other=0) != 0
@@ -224,18 +226,20 @@ def tree_verify_kv_splits(batch_size: int, n_kv_heads: int, row_blocks: int, sm_
     return 1 if want <= 1 else min(_MAX_KV_SPLITS, triton.next_power_of_2(want))
 
 
-def tree_verify_launch(block_m: int, row_blocks: int, programs: int) -> tuple[int, int, int]:
-    """(keys per step BLOCK_N, warps, pipeline stages) for row blocks of ``block_m`` rows,
-    ``row_blocks`` of them per request and ``programs`` = requests x KV heads x row blocks (before
-    any prefix split). From two H200 sweeps (bench/results/2026-12-03-h200-verify-attention*.md: Qwen3-8B
-    heads, bs 1-64, T 16-65), the best of each row: 64-row blocks 32 keys on 4 warps, 64 keys in 3
-    stages from 512 programs on; 128-row blocks 32 keys on 4 warps from 1,024 programs on, else 64
-    keys (two row blocks) or 128 keys (three or more) on 8 warps."""
+def tree_verify_launch(block_m: int, row_blocks: int, programs: int) -> tuple[int, int, int, int]:
+    """(prefix keys per step BLOCK_N, warps, pipeline stages, tree keys per step BLOCK_T) for row
+    blocks of ``block_m`` rows, ``row_blocks`` of them per request and ``programs`` = requests x KV
+    heads x row blocks (before any prefix split). From H200 sweeps (Qwen3-8B heads, bs 1-64, T
+    16-65: bench/results/2026-12-03-h200-verify-attention*.md, 2026-12-04-h200-verify-attention-block-t.md),
+    the best of each row: 64-row blocks 32 keys on 4 warps, 64 keys in 3 stages from 512 programs
+    on, the tree part 16 keys a step (at T 16 its 32-key step cost the tree 1.4x the causal verify
+    at bs 16); 128-row blocks 32 keys on 4 warps from 1,024 programs on, else 32 keys on 8 warps with
+    16-key tree steps (two row blocks, or under 128 programs) or 128 keys with 32-key tree steps."""
     if block_m < 128:
-        return (64, 4, 3) if programs >= 512 else (32, 4, 2)
+        return (64, 4, 3, 16) if programs >= 512 else (32, 4, 2, 16)
     if programs >= 1024:
-        return 32, 4, 2
-    return (64, 8, 2) if row_blocks <= 2 else (128, 8, 2)
+        return 32, 4, 2, 32
+    return (32, 8, 2, 16) if row_blocks <= 2 or programs < 128 else (128, 8, 2, 32)
 
 
 def tree_verify_attention_supports(q: torch.Tensor, k_buffer: torch.Tensor, *, logit_cap: float = 0.0,
@@ -278,6 +282,7 @@ def tree_verify_attention_fwd(
     block_n: int | None = None,
     num_warps: int | None = None,
     num_stages: int | None = None,
+    block_t: int | None = None,
 ) -> None:
     """Tree-verify attention, written into ``o_extend``.
 
@@ -302,8 +307,9 @@ def tree_verify_attention_fwd(
       ancestors_first: the tree block is lower triangular (every node after its ancestors, as
         DDTree's depth-ordered labels are): each row block stops at its last row's column. False
         reads all T columns.
-      block_n / num_warps / num_stages: launch knobs (keys per step, warps, pipeline stages);
-        default ``tree_verify_launch``'s choice.
+      block_n / num_warps / num_stages / block_t: launch knobs (prefix keys per step, warps,
+        pipeline stages, tree keys per step); default ``tree_verify_launch``'s choice (block_t:
+        its choice when block_n is not given either, else block_n).
     Raises:
       ValueError: a shape or dtype the kernel does not serve (``tree_verify_attention_supports``),
       or a ``custom_mask`` without its ``mask_indptr``.
@@ -318,7 +324,8 @@ def tree_verify_attention_fwd(
         raise ValueError("tree_verify_attention_fwd: a custom_mask needs its mask_indptr (request b's rows start there)")
     _launch(q_extend, k_extend, v_extend, o_extend, k_buffer, v_buffer, qo_indptr, kv_indptr, kv_indices,
             custom_mask, mask_indptr, max_len_extend, sm_scale, num_kv_splits=num_kv_splits,
-            ancestors_first=ancestors_first, block_n=block_n, num_warps=num_warps, num_stages=num_stages)
+            ancestors_first=ancestors_first, block_n=block_n, num_warps=num_warps, num_stages=num_stages,
+            block_t=block_t)
 
 
 def _folds(group: int, block_m: int) -> bool:
@@ -337,7 +344,7 @@ def _launch(q_extend: torch.Tensor, k_extend: torch.Tensor, v_extend: torch.Tens
             kv_indices: torch.Tensor, custom_mask: torch.Tensor | None, mask_indptr: torch.Tensor | None,
             max_len_extend: int, sm_scale: float | None, *, num_kv_splits: int | None,
             ancestors_first: bool, block_n: int | None, num_warps: int | None,
-            num_stages: int | None) -> None:
+            num_stages: int | None, block_t: int | None = None) -> None:
     """``tree_verify_attention_fwd`` after its checks (the caller has made them)."""
     S, Hq, D = q_extend.shape
     Hkv, Dv = v_buffer.shape[1], v_buffer.shape[2]
@@ -352,7 +359,8 @@ def _launch(q_extend: torch.Tensor, k_extend: torch.Tensor, v_extend: torch.Tens
             if q_extend.is_cuda else 1
         num_kv_splits = tree_verify_kv_splits(bs, Hkv, MB, sms)
     splits = max(1, int(num_kv_splits))
-    knob_n, knob_w, knob_s = tree_verify_launch(BLOCK_M, MB, bs * MB * Hkv)
+    knob_n, knob_w, knob_s, knob_t = tree_verify_launch(BLOCK_M, MB, bs * MB * Hkv)
+    block_t = block_t or (block_n if block_n else knob_t)
     block_n, num_warps, num_stages = block_n or knob_n, num_warps or knob_w, num_stages or knob_s
     if splits > 1:
         acc = torch.empty(bs * MB * Hkv * splits * BLOCK_M * BLOCK_DV, dtype=torch.float32, device=q_extend.device)
@@ -374,7 +382,7 @@ def _launch(q_extend: torch.Tensor, k_extend: torch.Tensor, v_extend: torch.Tens
         k_buffer.stride(0), k_buffer.stride(1), v_buffer.stride(0), v_buffer.stride(1),
         Hkv,
         G=G, MB=MB, SPLITS=splits, D=D, DV=Dv,
-        BLOCK_M=BLOCK_M, BLOCK_N=block_n, BLOCK_D=BLOCK_D, BLOCK_DV=BLOCK_DV,
+        BLOCK_M=BLOCK_M, BLOCK_N=block_n, BLOCK_D=BLOCK_D, BLOCK_DV=BLOCK_DV, BLOCK_T=block_t,
         ANCESTORS_FIRST=ancestors_first, CAUSAL=causal, FOLD_G=_folds(G, BLOCK_M),
         num_warps=num_warps, num_stages=num_stages,
     )
