@@ -372,3 +372,9 @@ def test_a_failed_width_capture_is_eager_on_tp1_and_stops_a_tp2_start(monkeypatc
     with pytest.raises(RuntimeError, match="--speculative-ddtree-graph-memory 0"):
         Wk.DDTreeWorker._build_verify_states(worker(2), _StandInGraphRunner(17))
     assert built == [3, 7]
+    # without graphs (CPU, --disable-cuda-graph): a backend that cannot be built leaves that width on
+    # the server budget's backend (sized for the widest tree) and the others are still built
+    built.clear()
+    eager = worker(2)
+    Wk.DDTreeWorker._build_verify_states(eager, None)
+    assert built == [3, 7, 15] and sorted(eager._verify_states) == [3, 15] and eager.graph_width_plan is None
