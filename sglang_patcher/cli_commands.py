@@ -336,9 +336,11 @@ def _budgets(text: str | None) -> list[int | str] | None:
 @click.option("--concurrency", default=None, metavar="N,N,...",
               help="Concurrent requests to measure at (default: serve.bench.concurrency).")
 @click.option("--budgets", default=None, metavar="N,N,...",
-              help="DDTREE budgets, one server start each (default: serve.bench.budgets, else "
-                   "serve.ddtree.budget_schedule as served, else serve.ddtree.budget); auto: the "
-                   "server's own planner, up to serve.ddtree.budget; schedule: the profile's budget_schedule.")
+              help="DDTREE budgets, one server start each, a number a fixed budget (default: "
+                   "serve.bench.budgets, else DDTREE as served: serve.ddtree.budget_schedule, else the "
+                   "server's default up to serve.ddtree.budget — auto from ddtree revision 13, the fixed "
+                   "budget before); auto: the server's own planner, up to serve.ddtree.budget; schedule: "
+                   "the profile's budget_schedule.")
 @click.option("--arms", default="none,DFLASH,DDTREE", show_default=True,
               help="Which of none (the target alone), DFLASH, DDTREE to measure.")
 @click.option("--requests", type=click.IntRange(min=1), default=None,
